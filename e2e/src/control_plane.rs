@@ -1,0 +1,206 @@
+//! A real kube-apiserver over embedded etcd, on 127.0.0.1 at a free port, run
+//! as a child process that exits on its own when this process goes away (its
+//! stdin is a pipe that the kernel closes when we exit, however we exit).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::{HarnessError, binaries};
+
+/// How long the API server may take to answer /readyz (a cold start on two
+/// loaded cores takes a few seconds; CI machines can be slower).
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+pub struct ControlPlane {
+    child: Child,
+    // Held only so the pipe stays open; dropping it tells the child to exit.
+    _stdin: ChildStdin,
+    dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+    server: String,
+    log: PathBuf,
+    started_in: Duration,
+}
+
+impl std::fmt::Debug for ControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlPlane")
+            .field("server", &self.server)
+            .field("kubeconfig", &self.kubeconfig)
+            .field("pid", &self.child.id())
+            .finish()
+    }
+}
+
+/// Returns the last `n` lines of a log file, for error messages.
+pub fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+impl ControlPlane {
+    /// Builds the binaries if needed and starts a fresh control plane in a new
+    /// temporary directory. Several may run at once.
+    pub fn start() -> Result<Self, HarnessError> {
+        let scratch = std::env::var_os("KCM_E2E_TMPDIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        std::fs::create_dir_all(&scratch)?;
+        let dir = tempfile::Builder::new()
+            .prefix("kcm-e2e-")
+            .tempdir_in(scratch)?;
+        let kubeconfig = dir.path().join("admin.kubeconfig");
+        Self::start_in(dir, kubeconfig, 0)
+    }
+
+    /// Starts a control plane whose state lives in `dir` (removed on drop) and
+    /// whose admin kubeconfig is written to `kubeconfig`. `port` 0 picks a free one.
+    pub fn start_in(
+        dir: tempfile::TempDir,
+        kubeconfig: PathBuf,
+        port: u16,
+    ) -> Result<Self, HarnessError> {
+        let bin = binaries::ensure_built()?.join("kcm-e2e-apiserver");
+        let log = dir.path().join("apiserver.log");
+        let log_file = File::create(&log)?;
+        let began = Instant::now();
+        let mut child = Command::new(&bin)
+            .arg(format!("--dir={}", dir.path().join("state").display()))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--port={port}"))
+            .arg("--exit-on-stdin-close")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log_file))
+            .spawn()
+            .map_err(|source| HarnessError::Spawn {
+                what: bin.display().to_string(),
+                source,
+            })?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
+            let _ = child.kill();
+            return Err(HarnessError::NotHealthy {
+                reason: "child pipes missing".into(),
+                log_tail: String::new(),
+            });
+        };
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.strip_prefix("READY ") {
+                    let _ = tx.send(rest.to_string());
+                }
+            }
+        });
+        let fail = |child: &mut Child, reason: String| {
+            let _ = child.kill();
+            let _ = child.wait();
+            HarnessError::NotHealthy {
+                reason,
+                log_tail: tail(&log, 30),
+            }
+        };
+        let ready = loop {
+            match rx.recv_timeout(Duration::from_millis(200)) {
+                Ok(line) => break line,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        return Err(fail(&mut child, format!("kcm-e2e-apiserver exited ({status})")));
+                    }
+                    if began.elapsed() > READY_TIMEOUT {
+                        return Err(fail(&mut child, format!("no READY within {READY_TIMEOUT:?}")));
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let _ = child.wait();
+                    return Err(fail(&mut child, "kcm-e2e-apiserver closed stdout".into()));
+                }
+            }
+        };
+        let server = ready.split_whitespace().nth(1).unwrap_or_default().to_string();
+        Ok(ControlPlane {
+            child,
+            _stdin: stdin,
+            dir,
+            kubeconfig,
+            server,
+            log,
+            started_in: began.elapsed(),
+        })
+    }
+
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+    /// Wall time from spawn to a ready API server with a kubeconfig written.
+    pub fn started_in(&self) -> Duration {
+        self.started_in
+    }
+
+    /// The port the API server listens on.
+    pub fn port(&self) -> Option<u16> {
+        self.server.rsplit(':').next().and_then(|p| p.parse().ok())
+    }
+
+    /// A client for the admin user. Make one per async runtime (per test):
+    /// a client's connections belong to the runtime that created them.
+    pub async fn client(&self) -> Result<kube::Client, HarnessError> {
+        client_from_kubeconfig(&self.kubeconfig).await
+    }
+}
+
+/// Builds a client from a kubeconfig file, without kube's default retry
+/// policy (tests want to see a 429 or 5xx, not have it hidden).
+pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, HarnessError> {
+    let err = |message: String| HarnessError::Kubeconfig {
+        path: path.to_path_buf(),
+        message,
+    };
+    let kc = Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    config.read_timeout = Some(Duration::from_secs(60));
+    Ok(kube::Client::try_from(config)?)
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The control plane shared by every test of one test binary, started on
+/// first use. It stops when the test binary exits (the child sees its stdin
+/// close), whether the tests passed, failed or panicked.
+pub fn shared() -> &'static ControlPlane {
+    static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+    SHARED.get_or_init(|| match ControlPlane::start() {
+        Ok(cp) => cp,
+        Err(e) => panic!("cannot start the local control plane: {e}"),
+    })
+}
