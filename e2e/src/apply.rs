@@ -28,7 +28,8 @@ pub async fn create_from_file(
         if value.is_null() {
             continue;
         }
-        let obj: DynamicObject = serde_yaml_ng::from_value(value).map_err(|e| bad(e.to_string()))?;
+        let obj: DynamicObject =
+            serde_yaml_ng::from_value(value).map_err(|e| bad(e.to_string()))?;
         let types = obj
             .types
             .clone()

@@ -116,10 +116,16 @@ impl ControlPlane {
                 Ok(line) => break line,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     if let Ok(Some(status)) = child.try_wait() {
-                        return Err(fail(&mut child, format!("kcm-e2e-apiserver exited ({status})")));
+                        return Err(fail(
+                            &mut child,
+                            format!("kcm-e2e-apiserver exited ({status})"),
+                        ));
                     }
                     if began.elapsed() > READY_TIMEOUT {
-                        return Err(fail(&mut child, format!("no READY within {READY_TIMEOUT:?}")));
+                        return Err(fail(
+                            &mut child,
+                            format!("no READY within {READY_TIMEOUT:?}"),
+                        ));
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -128,7 +134,11 @@ impl ControlPlane {
                 }
             }
         };
-        let server = ready.split_whitespace().nth(1).unwrap_or_default().to_string();
+        let server = ready
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_string();
         Ok(ControlPlane {
             child,
             _stdin: stdin,

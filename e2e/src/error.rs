@@ -4,7 +4,9 @@ use std::path::PathBuf;
 /// plane. Each message says what failed and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
-    #[error("building the control-plane binaries failed (exit {code:?}); run `{script}` to see why")]
+    #[error(
+        "building the control-plane binaries failed (exit {code:?}); run `{script}` to see why"
+    )]
     Build { script: PathBuf, code: Option<i32> },
     #[error("cannot run {what}: {source}; is it installed and on PATH?")]
     Spawn {

@@ -37,7 +37,11 @@ pub async fn create_node(
             ..Default::default()
         },
         spec: Some(NodeSpec {
-            taints: if taints.is_empty() { None } else { Some(taints) },
+            taints: if taints.is_empty() {
+                None
+            } else {
+                Some(taints)
+            },
             ..Default::default()
         }),
         ..Default::default()
@@ -65,7 +69,14 @@ pub async fn set_node_ready(
         conditions: Some(vec![NodeCondition {
             type_: "Ready".into(),
             status: if ready { "True" } else { "False" }.into(),
-            reason: Some(if ready { "KubeletReady" } else { "KubeletNotReady" }.into()),
+            reason: Some(
+                if ready {
+                    "KubeletReady"
+                } else {
+                    "KubeletNotReady"
+                }
+                .into(),
+            ),
             message: Some("set by the kcm-rs e2e harness".into()),
             last_heartbeat_time: Some(now.clone()),
             last_transition_time: Some(now),
@@ -233,7 +244,11 @@ pub async fn update_pod_status(
     update: &PodStatusUpdate,
 ) -> Result<Pod, HarnessError> {
     Ok(pods
-        .patch_status(name, &PatchParams::default(), &Patch::Strategic(update.body()))
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Strategic(update.body()),
+        )
         .await?)
 }
 
@@ -270,8 +285,17 @@ pub async fn finish_pod(pods: &Api<Pod>, name: &str, exit_code: i32) -> Result<P
     let (regular, _) = container_names(&pod);
     let now = Timestamp::now();
     let update = PodStatusUpdate::default()
-        .phase(if exit_code == 0 { "Succeeded" } else { "Failed" })
-        .containers(regular.iter().map(|c| terminated(c, exit_code, now)).collect())
+        .phase(if exit_code == 0 {
+            "Succeeded"
+        } else {
+            "Failed"
+        })
+        .containers(
+            regular
+                .iter()
+                .map(|c| terminated(c, exit_code, now))
+                .collect(),
+        )
         .ready(false);
     update_pod_status(pods, name, &update).await
 }

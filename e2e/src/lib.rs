@@ -9,6 +9,7 @@ pub mod control_plane;
 pub mod error;
 pub mod kubelet;
 pub mod namespace;
+pub mod procstat;
 pub mod sim;
 pub mod upstream;
 pub mod wait;

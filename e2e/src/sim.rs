@@ -24,8 +24,8 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, Preconditions};
-use kube::runtime::watcher;
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
 use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 
@@ -151,7 +151,12 @@ pub fn plan_for(pod: &Pod) -> Result<PodPlan, PlanError> {
     let containers = pod
         .spec
         .as_ref()
-        .map(|s| s.containers.iter().map(|c| c.name.clone()).collect::<Vec<_>>())
+        .map(|s| {
+            s.containers
+                .iter()
+                .map(|c| c.name.clone())
+                .collect::<Vec<_>>()
+        })
         .unwrap_or_default()
         .into_iter()
         .map(|name| {
@@ -315,7 +320,11 @@ impl Sim {
             .spec
             .as_ref()
             .and_then(|s| s.init_containers.as_ref())
-            .map(|v| v.iter().map(|c| kubelet::terminated(&c.name, 0, started)).collect())
+            .map(|v| {
+                v.iter()
+                    .map(|c| kubelet::terminated(&c.name, 0, started))
+                    .collect()
+            })
             .unwrap_or_default();
         let mut update = PodStatusUpdate::default()
             .phase("Running")
@@ -410,7 +419,11 @@ pub async fn create_nodes(client: &kube::Client, cfg: &SimConfig) -> Result<(), 
 }
 
 /// Runs the simulator until the watch stream ends or the task is dropped.
-pub async fn run(client: kube::Client, cfg: SimConfig, stats: Arc<SimStats>) -> Result<(), HarnessError> {
+pub async fn run(
+    client: kube::Client,
+    cfg: SimConfig,
+    stats: Arc<SimStats>,
+) -> Result<(), HarnessError> {
     create_nodes(&client, &cfg).await?;
     let sim = Arc::new(Sim {
         client: client.clone(),

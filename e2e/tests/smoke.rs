@@ -48,24 +48,41 @@ pub fn pod(name: &str, init: bool) -> Pod {
 #[tokio::test]
 async fn job_and_pod_round_trip_with_kubelet_status() {
     let cp = shared();
-    eprintln!("control plane {} started in {:?}", cp.server(), cp.started_in());
+    eprintln!(
+        "control plane {} started in {:?}",
+        cp.server(),
+        cp.started_in()
+    );
     let client = cp.client().await.expect("client");
-    let ns = TestNamespace::create(&client, "smoke").await.expect("namespace");
+    let ns = TestNamespace::create(&client, "smoke")
+        .await
+        .expect("namespace");
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
 
-    jobs.create(&PostParams::default(), &job("j")).await.expect("create job");
+    jobs.create(&PostParams::default(), &job("j"))
+        .await
+        .expect("create job");
     let read = jobs.get("j").await.expect("read job");
     assert_eq!(read.spec.as_ref().and_then(|s| s.completions), Some(2));
     // The API server defaulted and validated it as a real server does.
     assert_eq!(read.spec.as_ref().and_then(|s| s.backoff_limit), Some(6));
-    assert!(read.spec.as_ref().and_then(|s| s.selector.as_ref()).is_some());
+    assert!(
+        read.spec
+            .as_ref()
+            .and_then(|s| s.selector.as_ref())
+            .is_some()
+    );
 
     kubelet::create_node(&client, &format!("{}-node", ns.name), true, vec![])
         .await
         .expect("node");
-    pods.create(&PostParams::default(), &pod("p", true)).await.expect("create pod");
-    kubelet::bind_pod(&pods, "p", &format!("{}-node", ns.name)).await.expect("bind");
+    pods.create(&PostParams::default(), &pod("p", true))
+        .await
+        .expect("create pod");
+    kubelet::bind_pod(&pods, "p", &format!("{}-node", ns.name))
+        .await
+        .expect("bind");
     kubelet::run_pod(&pods, "p", true).await.expect("running");
     let running = pods.get("p").await.expect("read");
     let status = running.status.as_ref().expect("status");
@@ -90,7 +107,9 @@ async fn job_and_pod_round_trip_with_kubelet_status() {
             "evicted by the test",
         ))
         .ready(false);
-    kubelet::update_pod_status(&pods, "p", &update).await.expect("status");
+    kubelet::update_pod_status(&pods, "p", &update)
+        .await
+        .expect("status");
 
     let done = pods.get("p").await.expect("read back");
     let status = done.status.expect("status");
@@ -110,7 +129,10 @@ async fn job_and_pod_round_trip_with_kubelet_status() {
         .find(|c| c.type_ == "DisruptionTarget")
         .expect("DisruptionTarget kept");
     assert_eq!(dt.reason.as_deref(), Some("TerminationByKubelet"));
-    let ready = conditions.iter().find(|c| c.type_ == "Ready").expect("Ready");
+    let ready = conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("Ready");
     assert_eq!(ready.status, "False");
     let finished = done
         .metadata
@@ -123,20 +145,35 @@ async fn job_and_pod_round_trip_with_kubelet_status() {
 #[tokio::test]
 async fn nodes_carry_readiness_and_taints() {
     let client = shared().client().await.expect("client");
-    let ns = TestNamespace::create(&client, "nodes").await.expect("namespace");
+    let ns = TestNamespace::create(&client, "nodes")
+        .await
+        .expect("namespace");
     let name = format!("{}-tainted", ns.name);
     kubelet::create_node(
         &client,
         &name,
         false,
-        vec![kubelet::taint("example.com/broken", Some("yes"), "NoExecute")],
+        vec![kubelet::taint(
+            "example.com/broken",
+            Some("yes"),
+            "NoExecute",
+        )],
     )
     .await
     .expect("node");
     let nodes: Api<Node> = Api::all(client.clone());
-    let node = kcm_e2e::wait::wait_for(&nodes, &name, Duration::from_secs(10), "node written", |n| {
-        n.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some()
-    })
+    let node = kcm_e2e::wait::wait_for(
+        &nodes,
+        &name,
+        Duration::from_secs(10),
+        "node written",
+        |n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some()
+        },
+    )
     .await
     .expect("node");
     let ready = node
@@ -159,12 +196,20 @@ async fn nodes_carry_readiness_and_taints() {
 #[tokio::test]
 async fn wait_timeout_reports_the_last_object() {
     let client = shared().client().await.expect("client");
-    let ns = TestNamespace::create(&client, "waits").await.expect("namespace");
+    let ns = TestNamespace::create(&client, "waits")
+        .await
+        .expect("namespace");
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    pods.create(&PostParams::default(), &pod("never", false)).await.expect("pod");
-    let err = kcm_e2e::wait::wait_for(&pods, "never", Duration::from_millis(500), "pod to succeed", |p| {
-        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
-    })
+    pods.create(&PostParams::default(), &pod("never", false))
+        .await
+        .expect("pod");
+    let err = kcm_e2e::wait::wait_for(
+        &pods,
+        "never",
+        Duration::from_millis(500),
+        "pod to succeed",
+        |p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"),
+    )
     .await
     .expect_err("must time out");
     let text = err.to_string();

@@ -12,7 +12,10 @@ use kcm_e2e::sim::{self, SimConfig, SimStats};
 use kcm_e2e::{ControlPlane, UpstreamKcm, apply, binaries};
 
 #[derive(Debug, Parser)]
-#[command(name = "kcm-dev", about = "Run kcm-rs against a local control plane with simulated nodes")]
+#[command(
+    name = "kcm-dev",
+    about = "Run kcm-rs against a local control plane with simulated nodes"
+)]
 struct Flags {
     /// Where state, logs and the kubeconfig go.
     #[arg(long, default_value = ".run")]
@@ -50,8 +53,13 @@ async fn main() -> anyhow::Result<()> {
     let kubeconfig = state.join("kubeconfig");
     let dir = tempfile::Builder::new().prefix("cp-").tempdir_in(&state)?;
     eprintln!("starting kube-apiserver + etcd ...");
-    let cp = ControlPlane::start_in(dir, kubeconfig.clone(), 0).context("starting the control plane")?;
-    eprintln!("API server {} ready in {:.1?}", cp.server(), cp.started_in());
+    let cp =
+        ControlPlane::start_in(dir, kubeconfig.clone(), 0).context("starting the control plane")?;
+    eprintln!(
+        "API server {} ready in {:.1?}",
+        cp.server(),
+        cp.started_in()
+    );
     let client = cp.client().await?;
 
     let stats = Arc::new(SimStats::default());
@@ -67,10 +75,17 @@ async fn main() -> anyhow::Result<()> {
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .args(&flags.kcm_rs_args)
         .stdout(Stdio::from(std::fs::File::create(&kcm_log)?))
-        .stderr(Stdio::from(std::fs::File::options().append(true).open(&kcm_log)?))
+        .stderr(Stdio::from(
+            std::fs::File::options().append(true).open(&kcm_log)?,
+        ))
         .kill_on_drop(true)
         .spawn()
-        .with_context(|| format!("starting {} (run `cargo build -p kcm-rs`)", flags.kcm_rs.display()))?;
+        .with_context(|| {
+            format!(
+                "starting {} (run `cargo build -p kcm-rs`)",
+                flags.kcm_rs.display()
+            )
+        })?;
     let _upstream = match &flags.upstream_controllers {
         Some(list) => {
             let names: Vec<&str> = list.split(',').collect();

@@ -12,7 +12,10 @@ use kcm_e2e::control_plane::client_from_kubeconfig;
 use kcm_e2e::sim::{self, SimConfig, SimStats};
 
 #[derive(Debug, Parser)]
-#[command(name = "kcm-sim", about = "Simulated nodes that run pods as their annotations say")]
+#[command(
+    name = "kcm-sim",
+    about = "Simulated nodes that run pods as their annotations say"
+)]
 struct Flags {
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: PathBuf,

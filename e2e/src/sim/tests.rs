@@ -32,7 +32,10 @@ fn pod(containers: &[&str], ann: &[(&str, &str)]) -> Pod {
 
 #[test]
 fn durations_parse_with_units() {
-    assert_eq!(parse_duration("250ms"), Ok(Some(Duration::from_millis(250))));
+    assert_eq!(
+        parse_duration("250ms"),
+        Ok(Some(Duration::from_millis(250)))
+    );
     assert_eq!(parse_duration("5s"), Ok(Some(Duration::from_secs(5))));
     assert_eq!(parse_duration("7"), Ok(Some(Duration::from_secs(7))));
     assert_eq!(parse_duration("2m"), Ok(Some(Duration::from_secs(120))));
