@@ -1,0 +1,113 @@
+//! One informer per kind for the whole process, created on demand by the
+//! controllers that need it and started together.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kube::Api;
+use kube::runtime::watcher;
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use super::{Informable, Informer};
+
+type Starter = Box<dyn FnOnce(kube::Client, CancellationToken) + Send>;
+
+struct Entry {
+    informer: Arc<dyn Any + Send + Sync>,
+    starter: Option<Starter>,
+    synced: Arc<dyn Fn() -> bool + Send + Sync>,
+    kind: String,
+}
+
+#[derive(Default)]
+struct Inner {
+    entries: HashMap<TypeId, Entry>,
+    stop: Option<CancellationToken>,
+}
+
+/// Hands out shared informers; `start` runs the watches.
+#[derive(Clone)]
+pub struct InformerFactory {
+    client: kube::Client,
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl InformerFactory {
+    pub fn new(client: kube::Client) -> Self {
+        InformerFactory {
+            client,
+            inner: Arc::new(Mutex::new(Inner::default())),
+        }
+    }
+
+    /// The shared informer of kind `K` (cluster-wide). Created on first use;
+    /// if the factory already started, its watch starts at once.
+    pub fn informer<K: Informable>(&self) -> Arc<Informer<K>> {
+        let mut inner = self.inner.lock();
+        if let Some(e) = inner.entries.get(&TypeId::of::<K>())
+            && let Ok(inf) = Arc::clone(&e.informer).downcast::<Informer<K>>()
+        {
+            return inf;
+        }
+        let inf = Arc::new(Informer::<K>::new());
+        let for_start = Arc::clone(&inf);
+        let starter: Starter = Box::new(move |client, stop| {
+            let api = Api::<K>::all(client);
+            // Resource version "0" lists from the watch cache, as client-go
+            // informers do; a quorum read of every pod is needlessly costly.
+            let config = watcher::Config::default().any_semantic();
+            tokio::spawn(for_start.run(api, config, stop));
+        });
+        let for_sync = Arc::clone(&inf);
+        let mut entry = Entry {
+            informer: inf.clone(),
+            starter: Some(starter),
+            synced: Arc::new(move || for_sync.has_synced()),
+            kind: inf.kind().to_string(),
+        };
+        if let Some(stop) = inner.stop.clone()
+            && let Some(start) = entry.starter.take()
+        {
+            start(self.client.clone(), stop);
+        }
+        inner.entries.insert(TypeId::of::<K>(), entry);
+        inf
+    }
+
+    /// Starts every informer created so far (and any created later).
+    pub fn start(&self, stop: CancellationToken) {
+        let mut inner = self.inner.lock();
+        inner.stop = Some(stop.clone());
+        for e in inner.entries.values_mut() {
+            if let Some(start) = e.starter.take() {
+                start(self.client.clone(), stop.clone());
+            }
+        }
+    }
+
+    /// True when every informer has applied its first full list.
+    pub fn has_synced(&self) -> bool {
+        let inner = self.inner.lock();
+        inner.entries.values().all(|e| (e.synced)())
+    }
+
+    /// Kinds whose first list has not arrived yet.
+    pub fn unsynced_kinds(&self) -> Vec<String> {
+        let inner = self.inner.lock();
+        inner
+            .entries
+            .values()
+            .filter(|e| !(e.synced)())
+            .map(|e| e.kind.clone())
+            .collect()
+    }
+
+    /// Waits until every informer has synced.
+    pub async fn wait_for_sync(&self) {
+        while !self.has_synced() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! Shared informers: one watch per resource kind for the whole process, an
+//! indexed store, and fan-out of full events (add, update with the old
+//! object, delete with the last state) to every registered handler.
+//!
+//! Built on kube-runtime's stable `watcher()`: kube 5's shared streams do not
+//! deliver deletes. Objects missing from a relist are reported as deletes,
+//! which the raw watcher leaves to its consumer.
+
+mod factory;
+mod store;
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Resource, ResourceExt};
+use parking_lot::RwLock;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+pub use factory::InformerFactory;
+pub use store::{
+    BY_CONTROLLER_UID, BY_NAMESPACE, BY_NODE_NAME, IndexFn, Store, controller_uid_index,
+    namespace_index, object_key, pod_node_index,
+};
+
+/// A change to one object, as handlers see it.
+#[derive(Debug)]
+pub enum Change<K> {
+    Added(Arc<K>),
+    Updated { old: Arc<K>, new: Arc<K> },
+    Deleted(Arc<K>),
+}
+
+/// An event handler. Handlers run on the informer's task and must be quick:
+/// map the change to work-queue keys and return.
+pub type Handler<K> = Arc<dyn Fn(&Change<K>) + Send + Sync>;
+
+/// What a kind needs to be informed on.
+pub trait Informable:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+impl<K> Informable for K where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+
+/// One resource kind's shared informer.
+pub struct Informer<K: Informable> {
+    store: Store<K>,
+    handlers: RwLock<Vec<Handler<K>>>,
+    synced: watch::Sender<bool>,
+    kind: String,
+}
+
+impl<K: Informable> Informer<K> {
+    pub(crate) fn new() -> Self {
+        Informer {
+            store: Store::default(),
+            handlers: RwLock::new(Vec::new()),
+            synced: watch::channel(false).0,
+            kind: K::kind(&()).into_owned(),
+        }
+    }
+
+    /// The kind this informer watches, e.g. `Pod`.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The indexed store (read-only to controllers).
+    pub fn store(&self) -> &Store<K> {
+        &self.store
+    }
+
+    /// Adds an index. Call before the informer starts.
+    pub fn add_index(&self, name: &'static str, f: IndexFn<K>) {
+        self.store.add_index(name, f);
+    }
+
+    /// Registers a handler. A handler registered after the initial list sees
+    /// every object already known as an add, then live changes; it never
+    /// misses or duplicates one (the store cannot change while it is added).
+    pub fn add_handler(&self, h: Handler<K>) {
+        let mut handlers = self.handlers.write();
+        if *self.synced.borrow() {
+            for obj in self.store.list() {
+                h(&Change::Added(obj));
+            }
+        }
+        handlers.push(h);
+    }
+
+    /// True once the first full list has been applied.
+    pub fn has_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Waits for the first full list.
+    pub async fn wait_synced(&self) {
+        let mut rx = self.synced.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// Applies one watch event to the store and tells the handlers. The
+    /// handler lock is held while the store changes, so a handler being
+    /// registered sees each change exactly once.
+    fn apply(&self, event: Event<K>, relist: &mut Option<Vec<K>>) {
+        match event {
+            Event::Init => *relist = Some(Vec::new()),
+            Event::InitApply(obj) => match relist {
+                Some(buf) => buf.push(prune(obj)),
+                None => self.upsert(prune(obj)),
+            },
+            Event::InitDone => {
+                let objs = relist.take().unwrap_or_default();
+                let guard = self.handlers.read();
+                for change in self.store.replace(objs) {
+                    for h in guard.iter() {
+                        h(&change);
+                    }
+                }
+                self.synced.send_replace(true);
+            }
+            Event::Apply(obj) => self.upsert(prune(obj)),
+            Event::Delete(obj) => {
+                let key = object_key(&obj);
+                let guard = self.handlers.read();
+                let last = self.store.remove(&key).unwrap_or_else(|| Arc::new(prune(obj)));
+                for h in guard.iter() {
+                    h(&Change::Deleted(Arc::clone(&last)));
+                }
+            }
+        }
+    }
+
+    fn upsert(&self, obj: K) {
+        let guard = self.handlers.read();
+        let new = Arc::new(obj);
+        let change = match self.store.insert(Arc::clone(&new)) {
+            Some(old) => Change::Updated { old, new },
+            None => Change::Added(new),
+        };
+        for h in guard.iter() {
+            h(&change);
+        }
+    }
+
+    /// Runs the watch until `stop` is cancelled.
+    pub async fn run(self: Arc<Self>, api: Api<K>, config: watcher::Config, stop: CancellationToken) {
+        let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+        let mut relist = None;
+        loop {
+            let next = tokio::select! {
+                _ = stop.cancelled() => return,
+                next = stream.next() => next,
+            };
+            match next {
+                Some(Ok(event)) => self.apply(event, &mut relist),
+                Some(Err(e)) => {
+                    tracing::warn!(kind = %self.kind, "watch error (will retry with backoff): {e}");
+                }
+                None => return,
+            }
+        }
+    }
+}
+
+/// Drops what no controller reads and what costs the most memory.
+fn prune<K: Resource>(mut obj: K) -> K {
+    obj.meta_mut().managed_fields = None;
+    obj
+}
+
+/// The namespace/name of a change's object, for handlers.
+impl<K: Informable> Change<K> {
+    pub fn object(&self) -> &Arc<K> {
+        match self {
+            Change::Added(o) | Change::Deleted(o) => o,
+            Change::Updated { new, .. } => new,
+        }
+    }
+    pub fn key(&self) -> String {
+        object_key(self.object().as_ref())
+    }
+    pub fn name(&self) -> String {
+        self.object().name_any()
+    }
+}
+
+#[cfg(test)]
+mod tests;
