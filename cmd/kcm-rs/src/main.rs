@@ -1,82 +1,230 @@
 //! kcm-rs: the Job, pod GC, taint-eviction and disruption controllers of
 //! kube-controller-manager, in Rust.
-//!
-//! This first cut connects to the cluster and waits for a signal; the
-//! controllers and the full KCM flag set arrive with their issues.
 
-use std::path::PathBuf;
+mod flags;
+mod registry;
+mod serve;
+
+use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::Context;
 use clap::Parser;
+use kcm_features::FeatureGates;
+use kcm_runtime::controller::{self, ControllerContext, ControllerSpec};
+use kcm_runtime::informer::InformerFactory;
+use kcm_runtime::leader::{LeaderElectionConfig, LeaderElector};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio_util::sync::CancellationToken;
 
-#[derive(Debug, Parser)]
-#[command(name = "kcm-rs", version, about)]
-struct Flags {
-    /// Path to a kubeconfig file; in-cluster or $KUBECONFIG config when unset.
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    /// The address of the API server (overrides any value in kubeconfig).
-    #[arg(long)]
-    master: Option<String>,
-    /// Log verbosity, as klog's -v.
-    #[arg(short = 'v', long = "v", default_value_t = 0)]
-    verbosity: u8,
+use crate::flags::{Flags, LogFormat};
+
+/// How long the start-up probe waits for the API server to answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Why the process stopped: user errors exit 2, lost leadership or runtime
+/// failures exit 1.
+enum Failure {
+    User(String),
+    Runtime(String),
 }
 
-async fn client(flags: &Flags) -> anyhow::Result<kube::Client> {
-    let mut config = match &flags.kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("loading kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no --kubeconfig given and no in-cluster or $KUBECONFIG configuration")?,
-    };
-    if let Some(master) = &flags.master {
-        config.cluster_url = master.parse().context("parsing --master")?;
-    }
-    kube::Client::try_from(config).context("building the API client")
-}
-
-async fn run(flags: Flags) -> anyhow::Result<()> {
-    let client = client(&flags).await?;
-    let version = client
-        .apiserver_version()
-        .await
-        .context("the API server did not answer")?;
-    tracing::info!(
-        server = %format!("{}.{}", version.major, version.minor),
-        "connected; no controllers are implemented in this build yet"
-    );
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = term.recv() => {},
-    }
-    tracing::info!("shutting down");
-    Ok(())
-}
-
-fn main() -> ExitCode {
-    let flags = Flags::parse();
+fn init_logging(flags: &Flags) {
     let level = match flags.verbosity {
         0..=1 => "info",
         2..=3 => "debug",
         _ => "trace",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match flags.logging_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn kube_config(flags: &Flags) -> Result<kube::Config, Failure> {
+    let mut config = match &flags.kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(|e| {
+                Failure::User(format!("reading kubeconfig {}: {e}", path.display()))
+            })?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| Failure::User(format!("loading kubeconfig {}: {e}", path.display())))?
+        }
+        None => kube::Config::infer().await.map_err(|e| {
+            Failure::User(format!(
+                "no --kubeconfig given and no in-cluster or $KUBECONFIG configuration: {e}"
+            ))
+        })?,
+    };
+    if let Some(master) = &flags.master {
+        config.cluster_url = master
+            .parse()
+            .map_err(|e| Failure::User(format!("--master {master:?}: {e}")))?;
+    }
+    Ok(config)
+}
+
+fn identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "kcm-rs".into());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    format!("{host}_{:08x}{:08x}", std::process::id(), nanos)
+}
+
+async fn wait_for_signal() {
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
+    match term {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {},
+                _ = term.recv() => {},
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+async fn run(flags: Flags, gates: FeatureGates, selected: Vec<&'static ControllerSpec>) -> Result<(), Failure> {
+    let config = kube_config(&flags).await?;
+    let url = config.cluster_url.to_string();
+    let probe = kube::Client::try_from(config.clone())
+        .map_err(|e| Failure::User(format!("building a client for {url}: {e}")))?;
+    match tokio::time::timeout(PROBE_TIMEOUT, probe.apiserver_version()).await {
+        Ok(Ok(v)) => tracing::info!(server = %url, version = %v.git_version, "connected"),
+        Ok(Err(e)) => return Err(Failure::User(format!("the API server at {url} answered with an error: {e}"))),
+        Err(_) => return Err(Failure::User(format!("the API server at {url} did not answer within {PROBE_TIMEOUT:?}"))),
+    }
+    tracing::info!(
+        feature_gates = %gates,
+        controllers = ?selected.iter().map(|c| c.name).collect::<Vec<_>>(),
+        "starting"
+    );
+
+    // process_* families (CPU, RSS, open fds), as every Go component exports.
+    if let Err(e) = kcm_runtime::metrics::registry()
+        .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
+    {
+        tracing::warn!("process metrics unavailable: {e}");
+    }
+    let stop = CancellationToken::new();
+    let status = Arc::new(serve::Status::default());
+    *status.standby.write() = flags.leader_elect;
+    let server = if flags.port != 0 {
+        let addr = SocketAddr::new(flags.bind_address, flags.port);
+        Some(
+            serve::serve(addr, Arc::clone(&status), stop.clone())
+                .await
+                .map_err(|e| Failure::User(format!("cannot serve on {addr}: {e}")))?,
         )
-        .init();
+    } else {
+        None
+    };
+    {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("signal received; shutting down");
+            stop.cancel();
+        });
+    }
+
+    let mut elector = if flags.leader_elect {
+        let cfg = LeaderElectionConfig {
+            name: flags.leader_elect_resource_name.clone(),
+            namespace: flags.leader_elect_resource_namespace.clone(),
+            identity: identity(),
+            lease_duration: flags.leader_elect_lease_duration,
+            renew_deadline: flags.leader_elect_renew_deadline,
+            retry_period: flags.leader_elect_retry_period,
+        };
+        let mut e = LeaderElector::new(probe.clone(), cfg).map_err(|e| Failure::User(e.to_string()))?;
+        tracing::info!(identity = %e.identity(), lease = %flags.leader_elect_resource_name, "waiting for the lease");
+        if !e.acquire(&stop).await {
+            return Ok(());
+        }
+        Some(e)
+    } else {
+        None
+    };
+    *status.standby.write() = false;
+
+    let informers = InformerFactory::new(probe.clone());
+    *status.informers.write() = Some(informers.clone());
+    let ctx = ControllerContext {
+        informers: informers.clone(),
+        kube_config: config,
+        qps: flags.kube_api_qps,
+        burst: flags.kube_api_burst,
+        stop: stop.child_token(),
+    };
+    let mut tasks = Vec::new();
+    for spec in &selected {
+        let started = (spec.init)(&ctx).map_err(|e| Failure::Runtime(e.to_string()))?;
+        status.checks.write().push((spec.name.to_string(), started.health));
+        tasks.push(tokio::spawn(started.run));
+    }
+    informers.start(stop.child_token());
+
+    if let Some(e) = elector.as_mut() {
+        if let Err(lost) = e.hold(&stop).await {
+            // As KCM: never keep working without the lease.
+            tracing::error!("leaderelection lost: {lost}");
+            return Err(Failure::Runtime(lost.to_string()));
+        }
+    } else {
+        stop.cancelled().await;
+    }
+
+    let drain = futures::future::join_all(tasks);
+    if tokio::time::timeout(flags.shutdown_grace_period, drain).await.is_err() {
+        tracing::warn!(grace = ?flags.shutdown_grace_period, "in-flight syncs did not finish in time");
+    }
+    if let Some(e) = elector.as_mut() {
+        e.release().await;
+    }
+    if let Some(server) = server {
+        let _ = server.await;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    init_logging(&flags);
+    let user_error = |msg: String| {
+        eprintln!("error: {msg}");
+        ExitCode::from(2)
+    };
+    let gates = match FeatureGates::parse(&flags.feature_gates) {
+        Ok(g) => g,
+        Err(e) => return user_error(format!("--feature-gates: {e}")),
+    };
+    let selected = match controller::select(registry::REGISTRY, &flags.controllers) {
+        Ok(s) => s,
+        Err(e) => return user_error(e.to_string()),
+    };
+    if flags.leader_elect_resource_lock != "leases" {
+        return user_error(format!(
+            "--leader-elect-resource-lock={:?} is not supported; use \"leases\"",
+            flags.leader_elect_resource_lock
+        ));
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -84,11 +232,15 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(flags)) {
+    let result = runtime.block_on(run(flags, gates, selected));
+    // Do not wait for detached tasks (watches, the signal handler).
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(2)
+        Err(Failure::User(msg)) => user_error(msg),
+        Err(Failure::Runtime(msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(1)
         }
     }
 }

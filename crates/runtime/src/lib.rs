@@ -7,5 +7,6 @@ pub mod controller;
 pub mod events;
 pub mod expectations;
 pub mod informer;
+pub mod leader;
 pub mod metrics;
 pub mod workqueue;

@@ -1,0 +1,211 @@
+//! Command-line flags, with kube-controller-manager's names and defaults for
+//! everything kcm-rs shares with it.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// Parses a Go duration string (`15s`, `1m30s`, `500ms`, `1.5h`), as KCM's
+/// flags accept.
+pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err("empty duration".into());
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("missing unit in duration {s:?}"))?;
+        if num_len == 0 {
+            return Err(format!("invalid duration {s:?}"));
+        }
+        let n: f64 = rest[..num_len]
+            .parse()
+            .map_err(|_| format!("invalid number in duration {s:?}"))?;
+        rest = &rest[num_len..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            u => return Err(format!("unknown unit {u:?} in duration {s:?}")),
+        };
+        total += n * scale;
+        rest = &rest[unit_len..];
+    }
+    Duration::try_from_secs_f64(total).map_err(|e| format!("duration {s:?}: {e}"))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kcm-rs",
+    version,
+    about = "The Job, pod GC, taint-eviction and disruption controllers of kube-controller-manager, in Rust"
+)]
+pub struct Flags {
+    /// Path to a kubeconfig file; in-cluster config or $KUBECONFIG when unset.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The address of the API server (overrides any value in kubeconfig).
+    #[arg(long)]
+    pub master: Option<String>,
+
+    /// Controllers to run: '*' for all on by default, 'name' to enable one,
+    /// '-name' to disable one (KCM names: job-controller,
+    /// pod-garbage-collector-controller, taint-eviction-controller,
+    /// disruption-controller).
+    #[arg(long, value_delimiter = ',', default_value = "*")]
+    pub controllers: Vec<String>,
+
+    /// Feature gates as key=value pairs: JobPodFailurePolicy=true|false,
+    /// PodDisruptionConditions=true|false.
+    #[arg(long, default_value = "")]
+    pub feature_gates: String,
+
+    /// QPS to use while talking with the API server, per controller.
+    #[arg(long, default_value_t = 20.0)]
+    pub kube_api_qps: f32,
+
+    /// Burst to use while talking with the API server, per controller.
+    #[arg(long, default_value_t = 30)]
+    pub kube_api_burst: u32,
+
+    /// Number of Job objects synced concurrently.
+    #[arg(long, default_value_t = 5)]
+    pub concurrent_job_syncs: u32,
+
+    /// Number of terminated pods that can exist before the terminated pod
+    /// garbage collector deletes them; 0 disables that part of pod GC.
+    #[arg(long, default_value_t = 12500)]
+    pub terminated_pod_gc_threshold: i64,
+
+    /// Start a leader election client and gain leadership before running.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+
+    /// How long a standby waits after the last observed renewal before
+    /// taking the lease.
+    #[arg(long, default_value = "15s", value_parser = parse_go_duration)]
+    pub leader_elect_lease_duration: Duration,
+
+    /// How long the leader keeps trying to renew before it gives up.
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration)]
+    pub leader_elect_renew_deadline: Duration,
+
+    /// How long clients wait between acquire and renew attempts.
+    #[arg(long, default_value = "2s", value_parser = parse_go_duration)]
+    pub leader_elect_retry_period: Duration,
+
+    /// The lock type; only `leases` is supported (as in current KCM).
+    #[arg(long, default_value = "leases")]
+    pub leader_elect_resource_lock: String,
+
+    /// Name of the Lease; distinct from KCM's own so both can run.
+    #[arg(long, default_value = "kcm-rs")]
+    pub leader_elect_resource_name: String,
+
+    /// Namespace of the Lease.
+    #[arg(long, default_value = "kube-system")]
+    pub leader_elect_resource_namespace: String,
+
+    /// Address to serve /healthz, /readyz and /metrics on.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+
+    /// Port for /healthz, /readyz and /metrics (plain HTTP; KCM's 10257 is
+    /// HTTPS). 0 disables serving.
+    #[arg(long = "secure-port", alias = "port", default_value_t = 10257)]
+    pub port: u16,
+
+    /// Log verbosity, as klog's -v: 0-1 info, 2-3 debug, 4+ trace.
+    #[arg(short = 'v', long = "v", default_value_t = 0)]
+    pub verbosity: u8,
+
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub logging_format: LogFormat,
+
+    /// How long in-flight syncs may take to finish after SIGTERM.
+    #[arg(long, default_value = "30s", value_parser = parse_go_duration)]
+    pub shutdown_grace_period: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_go_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_go_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("0"), Ok(Duration::ZERO));
+        for bad in ["", "15", "s", "1x", "-1s", "1.2.3s"] {
+            assert!(parse_go_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn kcm_defaults() {
+        let f = Flags::try_parse_from(["kcm-rs"]).expect("defaults parse");
+        assert_eq!(f.controllers, vec!["*"]);
+        assert_eq!(f.kube_api_qps, 20.0);
+        assert_eq!(f.kube_api_burst, 30);
+        assert_eq!(f.concurrent_job_syncs, 5);
+        assert_eq!(f.terminated_pod_gc_threshold, 12500);
+        assert!(f.leader_elect);
+        assert_eq!(f.leader_elect_lease_duration, Duration::from_secs(15));
+        assert_eq!(f.leader_elect_renew_deadline, Duration::from_secs(10));
+        assert_eq!(f.leader_elect_retry_period, Duration::from_secs(2));
+        assert_eq!(f.leader_elect_resource_name, "kcm-rs");
+        assert_eq!(f.leader_elect_resource_namespace, "kube-system");
+        assert_eq!(f.port, 10257);
+    }
+
+    #[test]
+    fn kcm_syntax_parses() {
+        let f = Flags::try_parse_from([
+            "kcm-rs",
+            "--controllers=*,-job-controller",
+            "--feature-gates=JobPodFailurePolicy=false",
+            "--leader-elect=false",
+            "--leader-elect-lease-duration=4s",
+            "--kube-api-qps=50",
+            "-v=4",
+        ])
+        .expect("parse");
+        assert_eq!(f.controllers, vec!["*", "-job-controller"]);
+        assert_eq!(f.feature_gates, "JobPodFailurePolicy=false");
+        assert!(!f.leader_elect);
+        assert_eq!(f.leader_elect_lease_duration, Duration::from_secs(4));
+        assert_eq!(f.kube_api_qps, 50.0);
+        assert_eq!(f.verbosity, 4);
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        assert!(Flags::try_parse_from(["kcm-rs", "--leader-elect-retry-period=soon"]).is_err());
+        assert!(Flags::try_parse_from(["kcm-rs", "--kube-api-burst=-1"]).is_err());
+        assert!(Flags::try_parse_from(["kcm-rs", "--no-such-flag"]).is_err());
+    }
+}

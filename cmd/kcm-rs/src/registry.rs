@@ -1,0 +1,6 @@
+//! The controllers this build of kcm-rs can run, by KCM name. Each lands
+//! here when its issue is done.
+
+use kcm_runtime::controller::ControllerSpec;
+
+pub const REGISTRY: &[ControllerSpec] = &[];

@@ -1,0 +1,129 @@
+//! /healthz (one check per running controller), /readyz (informers synced)
+//! and /metrics (Prometheus text format), as KCM serves them.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use kcm_runtime::controller::Health;
+use kcm_runtime::informer::InformerFactory;
+use parking_lot::RwLock;
+use tokio_util::sync::CancellationToken;
+
+/// What the endpoints report on; filled in as the process starts up.
+#[derive(Default)]
+pub struct Status {
+    pub checks: RwLock<Vec<(String, Health)>>,
+    pub informers: RwLock<Option<InformerFactory>>,
+    /// Waiting for the lease: ready (a standby must not block a rollout).
+    pub standby: RwLock<bool>,
+}
+
+type Shared = Arc<Status>;
+
+fn healthz_body(status: &Status, verbose: bool) -> (StatusCode, String) {
+    let checks = status.checks.read();
+    let mut lines = vec!["[+]ping ok".to_string()];
+    let mut ok = true;
+    for (name, h) in checks.iter() {
+        if h.ok() {
+            lines.push(format!("[+]{name} ok"));
+        } else {
+            ok = false;
+            lines.push(format!("[-]{name} failed: reason withheld"));
+        }
+    }
+    let code = if ok { StatusCode::OK } else { StatusCode::INTERNAL_SERVER_ERROR };
+    if verbose || !ok {
+        lines.push(if ok { "healthz check passed".into() } else { "healthz check failed".into() });
+        (code, lines.join("\n") + "\n")
+    } else {
+        (code, "ok".into())
+    }
+}
+
+async fn healthz(State(s): State<Shared>, Query(q): Query<Vec<(String, String)>>) -> impl IntoResponse {
+    healthz_body(&s, q.iter().any(|(k, _)| k == "verbose"))
+}
+
+async fn healthz_one(State(s): State<Shared>, Path(name): Path<String>) -> impl IntoResponse {
+    if name == "ping" {
+        return (StatusCode::OK, "ok".to_string());
+    }
+    let checks = s.checks.read();
+    match checks.iter().find(|(n, _)| *n == name) {
+        Some((_, h)) if h.ok() => (StatusCode::OK, "ok".to_string()),
+        Some(_) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{name} failed\n")),
+        None => (StatusCode::NOT_FOUND, format!("no health check {name}\n")),
+    }
+}
+
+async fn readyz(State(s): State<Shared>) -> impl IntoResponse {
+    if *s.standby.read() {
+        return (StatusCode::OK, "ok (standby: waiting for the lease)\n".to_string());
+    }
+    match s.informers.read().as_ref() {
+        Some(f) if f.has_synced() => (StatusCode::OK, "ok".to_string()),
+        Some(f) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("[-]informer-sync failed: waiting for {}\n", f.unsynced_kinds().join(", ")),
+        ),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "[-]informer-sync failed: not started\n".to_string()),
+    }
+}
+
+async fn metrics() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, kcm_runtime::metrics::TEXT_CONTENT_TYPE)],
+        kcm_runtime::metrics::render(),
+    )
+}
+
+/// Binds and serves until `stop` fires. Binding errors are returned at once
+/// (a port in use is a start-up error, not a log line).
+pub async fn serve(
+    addr: SocketAddr,
+    status: Shared,
+    stop: CancellationToken,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let app = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/healthz/{name}", get(healthz_one))
+        .route("/livez", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(status);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    Ok(tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            tracing::error!("HTTP server: {e}");
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn healthz_lists_failing_checks() {
+        let s = Status::default();
+        let good = Health::default();
+        good.set(true);
+        let bad = Health::default();
+        s.checks.write().push(("job-controller".into(), good));
+        assert_eq!(healthz_body(&s, false), (StatusCode::OK, "ok".into()));
+        s.checks.write().push(("disruption-controller".into(), bad));
+        let (code, body) = healthz_body(&s, false);
+        assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(body.contains("[+]job-controller ok"), "{body}");
+        assert!(body.contains("[-]disruption-controller failed"), "{body}");
+    }
+}

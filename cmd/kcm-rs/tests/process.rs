@@ -1,0 +1,228 @@
+//! The kcm-rs process against the real API server: bad input, leader
+//! election handover, and the HTTP endpoints.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kcm_e2e::{TestNamespace, shared};
+use kube::Api;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const BIN: &str = env!("CARGO_BIN_EXE_kcm-rs");
+
+fn run_to_end(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run kcm-rs")
+}
+
+fn assert_user_error(out: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "exit code; stderr:\n{err}");
+    assert!(err.contains(needle), "stderr lacks {needle:?}:\n{err}");
+    assert!(!err.contains("panicked"), "no panic:\n{err}");
+    assert!(!err.contains("stack backtrace"), "no stack trace:\n{err}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error_with_exit_code_2() {
+    let kc = shared().kubeconfig().display().to_string();
+    let out = run_to_end(&["--kubeconfig=/nonexistent/kubeconfig", "--secure-port=0"]);
+    assert_user_error(&out, "reading kubeconfig /nonexistent/kubeconfig");
+
+    let out = run_to_end(&[&format!("--kubeconfig={kc}"), "--controllers=*,deployment-controller"]);
+    assert_user_error(&out, "unknown controller \"deployment-controller\"");
+
+    let out = run_to_end(&[&format!("--kubeconfig={kc}"), "--feature-gates=NoSuchGate=true"]);
+    assert_user_error(&out, "NoSuchGate");
+
+    let out = run_to_end(&[&format!("--kubeconfig={kc}"), "--feature-gates=JobPodFailurePolicy=maybe"]);
+    assert_eq!(out.status.code(), Some(2));
+
+    // A port nobody listens on: connection refused, reported, not retried forever.
+    let free = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let out = run_to_end(&[
+        &format!("--kubeconfig={kc}"),
+        &format!("--master=https://127.0.0.1:{free}"),
+        "--secure-port=0",
+    ]);
+    assert_user_error(&out, "API server at https://127.0.0.1");
+
+    let garbage = tempfile_with("this is: [not a kubeconfig");
+    let out = run_to_end(&[&format!("--kubeconfig={}", garbage.display()), "--secure-port=0"]);
+    assert_user_error(&out, "kubeconfig");
+}
+
+fn tempfile_with(content: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("kcm-rs-bad-{}.yaml", std::process::id()));
+    std::fs::write(&path, content).expect("write");
+    path
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(lease: &str, port: u16, extra: &[&str]) -> Proc {
+    let log = std::fs::File::create(std::env::temp_dir().join(format!("kcm-rs-{lease}-{port}.log")))
+        .expect("log");
+    Proc(
+        Command::new(BIN)
+            .arg(format!("--kubeconfig={}", shared().kubeconfig().display()))
+            .arg(format!("--leader-elect-resource-name={lease}"))
+            .arg("--leader-elect-resource-namespace=default")
+            .arg("--leader-elect-lease-duration=4s")
+            .arg("--leader-elect-renew-deadline=3s")
+            .arg("--leader-elect-retry-period=500ms")
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={port}"))
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn kcm-rs"),
+    )
+}
+
+async fn holder(leases: &Api<Lease>, name: &str) -> Option<String> {
+    leases
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec?.holder_identity)
+        .filter(|h| !h.is_empty())
+}
+
+/// The pid a holder identity names (`host_<pid as 8 hex digits><nanos>`).
+fn holder_pid(identity: &str) -> Option<u32> {
+    let tail = identity.rsplit('_').next()?;
+    u32::from_str_radix(tail.get(..8)?, 16).ok()
+}
+
+async fn wait_holder(leases: &Api<Lease>, name: &str, not: Option<&str>, timeout: Duration) -> (String, Duration) {
+    let start = Instant::now();
+    loop {
+        if let Some(h) = holder(leases, name).await
+            && Some(h.as_str()) != not
+        {
+            return (h, start.elapsed());
+        }
+        assert!(start.elapsed() < timeout, "no new holder of {name} within {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .await?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await?;
+    let code = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Ok((code, body))
+}
+
+async fn wait_http(port: u16, path: &str, code: u16) -> String {
+    let start = Instant::now();
+    loop {
+        if let Ok(Ok((c, body))) = tokio::time::timeout(Duration::from_secs(2), http_get(port, path)).await
+            && c == code
+        {
+            return body;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{path} never returned {code}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn one_leader_and_handover_when_the_leader_dies() {
+    let client = shared().client().await.expect("client");
+    let ns = TestNamespace::create(&client, "lease").await.expect("ns");
+    let lease = ns.name.clone();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let (pa, pb) = (free_port(), free_port());
+    let a = start(&lease, pa, &[]);
+    let b = start(&lease, pb, &[]);
+    let (first, took) = wait_holder(&leases, &lease, None, Duration::from_secs(20)).await;
+    eprintln!("first leader {first} after {took:?}");
+    let first_pid = holder_pid(&first).expect("pid in identity");
+    assert!(first_pid == a.0.id() || first_pid == b.0.id(), "{first} is one of ours");
+    // Exactly one leads: the standby reports 0, the leader 1.
+    let (lp, sp) = if first_pid == a.0.id() { (pa, pb) } else { (pb, pa) };
+    let name = format!("leader_election_master_status{{name=\"{lease}\"}}");
+    let leader_metrics = wait_http(lp, "/metrics", 200).await;
+    assert!(leader_metrics.contains(&format!("{name} 1")), "{leader_metrics}");
+    let standby_metrics = wait_http(sp, "/metrics", 200).await;
+    assert!(standby_metrics.contains(&format!("{name} 0")), "{standby_metrics}");
+    let readyz = wait_http(sp, "/readyz", 200).await;
+    assert!(readyz.contains("standby"), "{readyz}");
+
+    // Kill the leader without a chance to release: the standby takes over
+    // once the lease has not been renewed for a lease duration (4 s).
+    let (mut leader, other) = if first_pid == a.0.id() { (a, b) } else { (b, a) };
+    let killed_at = Instant::now();
+    let _ = leader.0.kill();
+    let _ = leader.0.wait();
+    let (second, _) = wait_holder(&leases, &lease, Some(&first), Duration::from_secs(15)).await;
+    let handover = killed_at.elapsed();
+    eprintln!("handover after SIGKILL: {handover:?}");
+    assert_eq!(holder_pid(&second), Some(other.0.id()));
+    // Lease duration 4 s, plus at most one jittered retry (≤ 1.1 s) and slack.
+    assert!(handover < Duration::from_secs(7), "handover took {handover:?}");
+    drop(other);
+}
+
+#[tokio::test]
+async fn sigterm_releases_the_lease_for_a_fast_handover() {
+    let client = shared().client().await.expect("client");
+    let ns = TestNamespace::create(&client, "release").await.expect("ns");
+    let lease = ns.name.clone();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let a = start(&lease, free_port(), &[]);
+    let (first, _) = wait_holder(&leases, &lease, None, Duration::from_secs(20)).await;
+    assert_eq!(holder_pid(&first), Some(a.0.id()));
+    let b = start(&lease, free_port(), &[]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let t = Instant::now();
+    let status = Command::new("kill").arg("-TERM").arg(a.0.id().to_string()).status().expect("kill");
+    assert!(status.success());
+    let (second, _) = wait_holder(&leases, &lease, Some(&first), Duration::from_secs(10)).await;
+    let handover = t.elapsed();
+    eprintln!("handover after SIGTERM: {handover:?}");
+    assert_eq!(holder_pid(&second), Some(b.0.id()));
+    assert!(handover < Duration::from_secs(4), "released, not expired: {handover:?}");
+    let mut a = a;
+    let code = a.0.wait().expect("wait").code();
+    assert_eq!(code, Some(0), "graceful exit");
+}
+
+#[tokio::test]
+async fn endpoints_serve_health_readiness_and_upstream_metric_families() {
+    let port = free_port();
+    let _p = start("unused-lease", port, &["--leader-elect=false"]);
+    let health = wait_http(port, "/healthz?verbose", 200).await;
+    assert!(health.contains("[+]ping ok"), "{health}");
+    wait_http(port, "/readyz", 200).await;
+    let metrics = wait_http(port, "/metrics", 200).await;
+    for family in ["process_resident_memory_bytes", "process_cpu_seconds_total"] {
+        assert!(metrics.contains(&format!("# TYPE {family}")), "{family} missing:\n{metrics}");
+    }
+    let (code, _) = http_get(port, "/healthz/no-such-check").await.expect("get");
+    assert_eq!(code, 404);
+}

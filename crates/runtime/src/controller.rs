@@ -1,0 +1,199 @@
+//! The controller registry: a controller is a value with a KCM name, an
+//! init step that takes the informers it needs and registers its handlers,
+//! and a run step that drives its workers until told to stop.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::informer::InformerFactory;
+
+/// What a controller gets at start-up.
+#[derive(Clone)]
+pub struct ControllerContext {
+    /// Shared informers (one watch per kind for the whole process).
+    pub informers: InformerFactory,
+    /// Cluster connection settings; controllers build their own rate-limited
+    /// client from it (each controller has its own QPS budget, as in KCM).
+    pub kube_config: kube::Config,
+    pub qps: f32,
+    pub burst: u32,
+    /// Cancelled when the process shuts down.
+    pub stop: CancellationToken,
+}
+
+/// A running controller's workers.
+pub type RunFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Liveness of one controller, served under `/healthz`.
+#[derive(Clone, Default)]
+pub struct Health(Arc<AtomicBool>);
+
+impl Health {
+    pub fn set(&self, ok: bool) {
+        self.0.store(ok, Ordering::Relaxed);
+    }
+    pub fn ok(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A controller that has registered its handlers and is ready to run.
+pub struct Started {
+    pub run: RunFuture,
+    pub health: Health,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("starting {controller}: {message}")]
+pub struct InitError {
+    pub controller: &'static str,
+    pub message: String,
+}
+
+/// Builds a controller: take informers, register handlers, return workers.
+pub type InitFn = fn(&ControllerContext) -> Result<Started, InitError>;
+
+/// One entry of the registry.
+#[derive(Clone, Copy)]
+pub struct ControllerSpec {
+    /// The canonical KCM name, e.g. `job-controller`.
+    pub name: &'static str,
+    /// Older names KCM also accepts, e.g. `job`.
+    pub aliases: &'static [&'static str],
+    /// Whether `*` selects it (all four are on by default in KCM).
+    pub enabled_by_default: bool,
+    pub init: InitFn,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SelectError {
+    #[error("unknown controller {name:?} in --controllers; kcm-rs runs: {known}")]
+    Unknown { name: String, known: String },
+}
+
+/// Resolves KCM's `--controllers` syntax against a registry: `*` selects the
+/// controllers enabled by default, `name` selects one, `-name` deselects one;
+/// later entries do not override an explicit `-name` (as in KCM, where a
+/// disabled name always wins).
+pub fn select<'a>(
+    registry: &'a [ControllerSpec],
+    flags: &[String],
+) -> Result<Vec<&'a ControllerSpec>, SelectError> {
+    let canonical = |name: &str| {
+        registry
+            .iter()
+            .find(|c| c.name == name || c.aliases.contains(&name))
+            .map(|c| c.name)
+    };
+    let known = registry
+        .iter()
+        .map(|c| c.name)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut star = false;
+    let mut on = Vec::new();
+    let mut off = Vec::new();
+    for raw in flags.iter().flat_map(|f| f.split(',')).map(str::trim) {
+        if raw.is_empty() {
+            continue;
+        }
+        if raw == "*" {
+            star = true;
+            continue;
+        }
+        let (negated, name) = match raw.strip_prefix('-') {
+            Some(n) => (true, n),
+            None => (false, raw),
+        };
+        let Some(c) = canonical(name) else {
+            return Err(SelectError::Unknown {
+                name: name.to_string(),
+                known: known.clone(),
+            });
+        };
+        if negated { off.push(c) } else { on.push(c) }
+    }
+    Ok(registry
+        .iter()
+        .filter(|c| !off.contains(&c.name))
+        .filter(|c| on.contains(&c.name) || (star && c.enabled_by_default))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn never(_: &ControllerContext) -> Result<Started, InitError> {
+        Err(InitError {
+            controller: "x",
+            message: "test".into(),
+        })
+    }
+
+    const REG: &[ControllerSpec] = &[
+        ControllerSpec {
+            name: "job-controller",
+            aliases: &["job"],
+            enabled_by_default: true,
+            init: never,
+        },
+        ControllerSpec {
+            name: "disruption-controller",
+            aliases: &["disruption"],
+            enabled_by_default: true,
+            init: never,
+        },
+        ControllerSpec {
+            name: "optional-controller",
+            aliases: &[],
+            enabled_by_default: false,
+            init: never,
+        },
+    ];
+
+    fn names(flags: &[&str]) -> Result<Vec<&'static str>, SelectError> {
+        let flags: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
+        select(REG, &flags).map(|v| v.iter().map(|c| c.name).collect())
+    }
+
+    #[test]
+    fn star_selects_defaults_and_minus_removes() {
+        assert_eq!(
+            names(&["*"]),
+            Ok(vec!["job-controller", "disruption-controller"])
+        );
+        assert_eq!(
+            names(&["*,-job-controller"]),
+            Ok(vec!["disruption-controller"])
+        );
+        assert_eq!(names(&["*", "-disruption"]), Ok(vec!["job-controller"]));
+        assert_eq!(
+            names(&["*,optional-controller"]),
+            Ok(vec![
+                "job-controller",
+                "disruption-controller",
+                "optional-controller"
+            ])
+        );
+    }
+
+    #[test]
+    fn explicit_names_and_aliases() {
+        assert_eq!(names(&["job"]), Ok(vec!["job-controller"]));
+        assert_eq!(names(&["job-controller,-job"]), Ok(vec![]));
+        assert_eq!(names(&[""]), Ok(vec![]));
+    }
+
+    #[test]
+    fn unknown_names_are_errors() {
+        let e = names(&["*,deployment-controller"]).expect_err("unknown");
+        assert!(e.to_string().contains("deployment-controller"), "{e}");
+        assert!(e.to_string().contains("job-controller"), "{e}");
+        assert!(names(&["-nope"]).is_err());
+    }
+}

@@ -1,0 +1,293 @@
+//! Leader election on a coordination.k8s.io Lease, with client-go's
+//! algorithm and KCM's timing flags: acquire when the holder has not renewed
+//! for a lease duration (by our own clock, so clock skew between nodes does
+//! not matter), renew every retry period, and give up leadership when a
+//! renewal has not succeeded within the renew deadline.
+
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+use prometheus::IntGaugeVec;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics;
+
+#[derive(Debug, Clone)]
+pub struct LeaderElectionConfig {
+    pub name: String,
+    pub namespace: String,
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LeaderError {
+    #[error("leader election lost: lease {namespace}/{name} not renewed within {deadline:?}")]
+    Lost {
+        namespace: String,
+        name: String,
+        deadline: Duration,
+    },
+    #[error("invalid leader election timing: {0}")]
+    Config(String),
+}
+
+fn master_status() -> IntGaugeVec {
+    static G: std::sync::OnceLock<IntGaugeVec> = std::sync::OnceLock::new();
+    G.get_or_init(|| {
+        let g = IntGaugeVec::new(
+            prometheus::Opts::new(
+                "leader_election_master_status",
+                "1 while this process holds the named lease, 0 otherwise.",
+            ),
+            &["name"],
+        )
+        .expect("constant metric definition is valid");
+        metrics::register(g)
+    })
+    .clone()
+}
+
+/// Validates KCM's rules: lease duration > renew deadline > jitter × retry
+/// period (client-go's JitterFactor is 1.2).
+pub fn validate(cfg: &LeaderElectionConfig) -> Result<(), LeaderError> {
+    if cfg.lease_duration <= cfg.renew_deadline {
+        return Err(LeaderError::Config(
+            "--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline"
+                .into(),
+        ));
+    }
+    if cfg.renew_deadline.as_secs_f64() <= 1.2 * cfg.retry_period.as_secs_f64() {
+        return Err(LeaderError::Config(
+            "--leader-elect-renew-deadline must be greater than 1.2 × --leader-elect-retry-period"
+                .into(),
+        ));
+    }
+    if cfg.retry_period.is_zero() {
+        return Err(LeaderError::Config(
+            "--leader-elect-retry-period must be positive".into(),
+        ));
+    }
+    Ok(())
+}
+
+pub struct LeaderElector {
+    api: Api<Lease>,
+    cfg: LeaderElectionConfig,
+    /// The last lease spec seen and when we first saw it (our clock).
+    observed: Option<(LeaseSpec, Instant)>,
+}
+
+impl LeaderElector {
+    pub fn new(client: kube::Client, cfg: LeaderElectionConfig) -> Result<Self, LeaderError> {
+        validate(&cfg)?;
+        master_status().with_label_values(&[&cfg.name]).set(0);
+        Ok(LeaderElector {
+            api: Api::namespaced(client, &cfg.namespace),
+            cfg,
+            observed: None,
+        })
+    }
+
+    pub fn identity(&self) -> &str {
+        &self.cfg.identity
+    }
+
+    /// Tries until this process leads (true) or `stop` fires (false).
+    pub async fn acquire(&mut self, stop: &CancellationToken) -> bool {
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(true) => {
+                    master_status().with_label_values(&[&self.cfg.name]).set(1);
+                    tracing::info!(lease = %self.cfg.name, identity = %self.cfg.identity, "acquired leadership");
+                    return true;
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(lease = %self.cfg.name, "acquiring lease: {e}"),
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return false,
+                _ = tokio::time::sleep(jitter(self.cfg.retry_period)) => {}
+            }
+        }
+    }
+
+    /// Renews every retry period until `stop` fires (Ok) or a renewal has
+    /// not succeeded within the renew deadline (Err: the caller must stop
+    /// all work and exit, as KCM does).
+    pub async fn hold(&mut self, stop: &CancellationToken) -> Result<(), LeaderError> {
+        let mut last_renew = Instant::now();
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return Ok(()),
+                _ = tokio::time::sleep(self.cfg.retry_period) => {}
+            }
+            let budget = self.cfg.renew_deadline.saturating_sub(last_renew.elapsed());
+            let renewed = tokio::time::timeout(budget, self.try_acquire_or_renew()).await;
+            match renewed {
+                Ok(Ok(true)) => last_renew = Instant::now(),
+                Ok(Ok(false)) => {
+                    // Someone else holds it: we lost it outright.
+                    return Err(self.lost());
+                }
+                Ok(Err(e)) => tracing::warn!(lease = %self.cfg.name, "renewing lease: {e}"),
+                Err(_) => {}
+            }
+            if last_renew.elapsed() >= self.cfg.renew_deadline {
+                return Err(self.lost());
+            }
+        }
+    }
+
+    fn lost(&self) -> LeaderError {
+        master_status().with_label_values(&[&self.cfg.name]).set(0);
+        LeaderError::Lost {
+            namespace: self.cfg.namespace.clone(),
+            name: self.cfg.name.clone(),
+            deadline: self.cfg.renew_deadline,
+        }
+    }
+
+    /// Gives the lease up (on graceful shutdown), so a standby takes over at
+    /// its next retry instead of waiting a full lease duration.
+    pub async fn release(&mut self) {
+        master_status().with_label_values(&[&self.cfg.name]).set(0);
+        let Ok(Some(mut lease)) = self.api.get_opt(&self.cfg.name).await else {
+            return;
+        };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        if spec.holder_identity.as_deref() != Some(&self.cfg.identity) {
+            return;
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(MicroTime(Timestamp::now()));
+        if let Err(e) = self
+            .api
+            .replace(&self.cfg.name, &PostParams::default(), &lease)
+            .await
+        {
+            tracing::warn!(lease = %self.cfg.name, "releasing lease: {e}");
+        }
+    }
+
+    /// One step of client-go's tryAcquireOrRenew.
+    async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
+        let now = Timestamp::now();
+        let secs = i32::try_from(self.cfg.lease_duration.as_secs()).unwrap_or(i32::MAX);
+        let Some(mut lease) = self.api.get_opt(&self.cfg.name).await? else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.cfg.name.clone()),
+                    namespace: Some(self.cfg.namespace.clone()),
+                    ..Default::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(self.cfg.identity.clone()),
+                    lease_duration_seconds: Some(secs),
+                    acquire_time: Some(MicroTime(now)),
+                    renew_time: Some(MicroTime(now)),
+                    lease_transitions: Some(0),
+                    ..Default::default()
+                }),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(l) => {
+                    self.observed = l.spec.map(|s| (s, Instant::now()));
+                    Ok(true)
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+                Err(e) => Err(e),
+            };
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        if self.observed.as_ref().is_none_or(|(s, _)| *s != spec) {
+            self.observed = Some((spec.clone(), Instant::now()));
+        }
+        let holder = spec.holder_identity.as_deref().unwrap_or("");
+        let me = holder == self.cfg.identity;
+        let held_for = spec
+            .lease_duration_seconds
+            .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)))
+            .unwrap_or(self.cfg.lease_duration);
+        let observed_at = self
+            .observed
+            .as_ref()
+            .map(|(_, t)| *t)
+            .unwrap_or_else(Instant::now);
+        if !holder.is_empty() && !me && observed_at.elapsed() < held_for {
+            return Ok(false);
+        }
+        let mut next = spec.clone();
+        next.holder_identity = Some(self.cfg.identity.clone());
+        next.lease_duration_seconds = Some(secs);
+        next.renew_time = Some(MicroTime(now));
+        if !me {
+            next.acquire_time = Some(MicroTime(now));
+            next.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+        }
+        lease.spec = Some(next);
+        // The PUT carries the resourceVersion we read: two candidates racing
+        // for an expired lease cannot both win.
+        match self
+            .api
+            .replace(&self.cfg.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(l) => {
+                self.observed = l.spec.map(|s| (s, Instant::now()));
+                Ok(true)
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// client-go waits retryPeriod × (1 + up to 1.2) between acquisition attempts.
+fn jitter(d: Duration) -> Duration {
+    let nanos = Instant::now().elapsed().subsec_nanos() ^ std::process::id();
+    let frac = f64::from(nanos % 1000) / 1000.0;
+    d.mul_f64(1.0 + 1.2 * frac)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(l: u64, r: u64, p: u64) -> LeaderElectionConfig {
+        LeaderElectionConfig {
+            name: "kcm-rs".into(),
+            namespace: "kube-system".into(),
+            identity: "me".into(),
+            lease_duration: Duration::from_secs(l),
+            renew_deadline: Duration::from_secs(r),
+            retry_period: Duration::from_secs(p),
+        }
+    }
+
+    #[test]
+    fn kcm_defaults_are_valid_and_bad_timings_are_not() {
+        assert!(validate(&cfg(15, 10, 2)).is_ok());
+        assert!(validate(&cfg(10, 10, 2)).is_err());
+        assert!(validate(&cfg(15, 2, 2)).is_err());
+        assert!(validate(&cfg(15, 10, 0)).is_err());
+    }
+
+    #[test]
+    fn jitter_stays_within_client_go_bounds() {
+        for _ in 0..100 {
+            let j = jitter(Duration::from_secs(2));
+            assert!(
+                j >= Duration::from_secs(2) && j <= Duration::from_millis(4400),
+                "{j:?}"
+            );
+        }
+    }
+}
