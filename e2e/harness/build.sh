@@ -27,9 +27,17 @@ done
 if [[ ${#stale[@]} -eq 0 ]]; then exit 0; fi
 echo "building ${stale[*]} from k8s.io/kubernetes (first build takes several minutes) ..." >&2
 start=$(date +%s)
+# Stamp the version the binaries report (/version, user agents), as the
+# upstream release build does; module builds otherwise say v0.0.0-master.
+kver="$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' go.mod)"
+kmajor="$(echo "${kver#v}" | cut -d. -f1)"; kminor="$(echo "${kver#v}" | cut -d. -f2)"
+ldflags=""
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ldflags+=" -X $pkg.gitVersion=$kver -X $pkg.gitMajor=$kmajor -X $pkg.gitMinor=$kminor -X $pkg.gitTreeState=clean"
+done
 pkgs=()
 for t in "${stale[@]}"; do pkgs+=("./cmd/$t"); done
-if ! go build -o "$out/" "${pkgs[@]}"; then
+if ! go build -ldflags "$ldflags" -o "$out/" "${pkgs[@]}"; then
   echo "error: go build of the control plane failed (see above); check network access to the Go module proxy and run e2e/harness/build.sh again" >&2
   exit 1
 fi

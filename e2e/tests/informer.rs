@@ -40,9 +40,13 @@ async fn wait_seen(seen: &Mutex<Vec<String>>, what: &str) {
 #[tokio::test]
 async fn informer_sees_add_update_delete_and_deletes_missed_while_down() {
     let client = shared().client().await.expect("client");
-    let ns = TestNamespace::create(&client, "informer").await.expect("ns");
+    let ns = TestNamespace::create(&client, "informer")
+        .await
+        .expect("ns");
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    pods.create(&PostParams::default(), &pod("before")).await.expect("before");
+    pods.create(&PostParams::default(), &pod("before"))
+        .await
+        .expect("before");
 
     let factory = InformerFactory::new(client.clone());
     let informer = factory.informer::<Pod>();
@@ -55,7 +59,12 @@ async fn informer_sees_add_update_delete_and_deletes_missed_while_down() {
         if c.object().metadata.namespace.as_deref() != Some(&ns_name) {
             return;
         }
-        let node = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+        let node = |p: &Pod| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default()
+        };
         s.lock().push(match c {
             Change::Added(p) => format!("add {}", p.metadata.name.clone().unwrap_or_default()),
             Change::Updated { old, new } => format!(
@@ -75,14 +84,20 @@ async fn informer_sees_add_update_delete_and_deletes_missed_while_down() {
     assert!(factory.has_synced());
     wait_seen(&seen, "add before").await;
 
-    pods.create(&PostParams::default(), &pod("live")).await.expect("live");
+    pods.create(&PostParams::default(), &pod("live"))
+        .await
+        .expect("live");
     wait_seen(&seen, "add live").await;
     let node = format!("{}-node", ns.name);
-    kubelet::create_node(&client, &node, true, vec![]).await.expect("node");
+    kubelet::create_node(&client, &node, true, vec![])
+        .await
+        .expect("node");
     kubelet::bind_pod(&pods, "live", &node).await.expect("bind");
     wait_seen(&seen, &format!("update live node \"\"->{node:?}")).await;
     assert_eq!(informer.store().by_index(BY_NODE_NAME, &node).len(), 1);
-    pods.delete("live", &DeleteParams::default().grace_period(0)).await.expect("delete");
+    pods.delete("live", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete");
     wait_seen(&seen, "delete live").await;
     assert!(informer.store().by_index(BY_NODE_NAME, &node).is_empty());
 
@@ -90,8 +105,12 @@ async fn informer_sees_add_update_delete_and_deletes_missed_while_down() {
     // must report the delete it never saw as an event.
     stop.cancel();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    pods.delete("before", &DeleteParams::default().grace_period(0)).await.expect("delete while down");
-    kcm_e2e::wait::wait_gone(&pods, "before", Duration::from_secs(10)).await.expect("gone");
+    pods.delete("before", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete while down");
+    kcm_e2e::wait::wait_gone(&pods, "before", Duration::from_secs(10))
+        .await
+        .expect("gone");
     let restart = CancellationToken::new();
     tokio::spawn(Arc::clone(&informer).run(
         Api::<Pod>::all(client.clone()),
@@ -100,6 +119,11 @@ async fn informer_sees_add_update_delete_and_deletes_missed_while_down() {
     ));
     wait_seen(&seen, "delete before").await;
     assert!(informer.store().by_index(BY_NAMESPACE, &ns.name).is_empty());
-    assert!(informer.store().get(&format!("{}/before", ns.name)).is_none());
+    assert!(
+        informer
+            .store()
+            .get(&format!("{}/before", ns.name))
+            .is_none()
+    );
     restart.cancel();
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use kcm_features::FeatureGates;
+use kcm_runtime::client::{ClientOptions, build_client};
 use kcm_runtime::controller::{self, ControllerContext, ControllerSpec};
 use kcm_runtime::informer::InformerFactory;
 use kcm_runtime::leader::{LeaderElectionConfig, LeaderElector};
@@ -99,15 +100,27 @@ async fn wait_for_signal() {
     }
 }
 
-async fn run(flags: Flags, gates: FeatureGates, selected: Vec<&'static ControllerSpec>) -> Result<(), Failure> {
+async fn run(
+    flags: Flags,
+    gates: FeatureGates,
+    selected: Vec<&'static ControllerSpec>,
+) -> Result<(), Failure> {
     let config = kube_config(&flags).await?;
     let url = config.cluster_url.to_string();
     let probe = kube::Client::try_from(config.clone())
         .map_err(|e| Failure::User(format!("building a client for {url}: {e}")))?;
     match tokio::time::timeout(PROBE_TIMEOUT, probe.apiserver_version()).await {
         Ok(Ok(v)) => tracing::info!(server = %url, version = %v.git_version, "connected"),
-        Ok(Err(e)) => return Err(Failure::User(format!("the API server at {url} answered with an error: {e}"))),
-        Err(_) => return Err(Failure::User(format!("the API server at {url} did not answer within {PROBE_TIMEOUT:?}"))),
+        Ok(Err(e)) => {
+            return Err(Failure::User(format!(
+                "the API server at {url} answered with an error: {e}"
+            )));
+        }
+        Err(_) => {
+            return Err(Failure::User(format!(
+                "the API server at {url} did not answer within {PROBE_TIMEOUT:?}"
+            )));
+        }
     }
     tracing::info!(
         feature_gates = %gates,
@@ -116,9 +129,9 @@ async fn run(flags: Flags, gates: FeatureGates, selected: Vec<&'static Controlle
     );
 
     // process_* families (CPU, RSS, open fds), as every Go component exports.
-    if let Err(e) = kcm_runtime::metrics::registry()
-        .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
-    {
+    if let Err(e) = kcm_runtime::metrics::registry().register(Box::new(
+        prometheus::process_collector::ProcessCollector::for_self(),
+    )) {
         tracing::warn!("process metrics unavailable: {e}");
     }
     let stop = CancellationToken::new();
@@ -152,7 +165,13 @@ async fn run(flags: Flags, gates: FeatureGates, selected: Vec<&'static Controlle
             renew_deadline: flags.leader_elect_renew_deadline,
             retry_period: flags.leader_elect_retry_period,
         };
-        let mut e = LeaderElector::new(probe.clone(), cfg).map_err(|e| Failure::User(e.to_string()))?;
+        let lease_client = build_client(
+            config.clone(),
+            &ClientOptions::for_component("leader-election"),
+        )
+        .map_err(|e| Failure::User(e.to_string()))?;
+        let mut e =
+            LeaderElector::new(lease_client, cfg).map_err(|e| Failure::User(e.to_string()))?;
         tracing::info!(identity = %e.identity(), lease = %flags.leader_elect_resource_name, "waiting for the lease");
         if !e.acquire(&stop).await {
             return Ok(());
@@ -162,12 +181,23 @@ async fn run(flags: Flags, gates: FeatureGates, selected: Vec<&'static Controlle
         None
     };
     *status.standby.write() = false;
+    let ctx_config = config;
 
-    let informers = InformerFactory::new(probe.clone());
+    // Watches are not throttled; the budget covers the initial lists.
+    let informer_client = build_client(
+        ctx_config.clone(),
+        &ClientOptions {
+            qps: flags.kube_api_qps,
+            burst: flags.kube_api_burst,
+            user_agent_component: "shared-informers".into(),
+        },
+    )
+    .map_err(|e| Failure::Runtime(e.to_string()))?;
+    let informers = InformerFactory::new(informer_client);
     *status.informers.write() = Some(informers.clone());
     let ctx = ControllerContext {
         informers: informers.clone(),
-        kube_config: config,
+        kube_config: ctx_config,
         qps: flags.kube_api_qps,
         burst: flags.kube_api_burst,
         stop: stop.child_token(),
@@ -175,7 +205,10 @@ async fn run(flags: Flags, gates: FeatureGates, selected: Vec<&'static Controlle
     let mut tasks = Vec::new();
     for spec in &selected {
         let started = (spec.init)(&ctx).map_err(|e| Failure::Runtime(e.to_string()))?;
-        status.checks.write().push((spec.name.to_string(), started.health));
+        status
+            .checks
+            .write()
+            .push((spec.name.to_string(), started.health));
         tasks.push(tokio::spawn(started.run));
     }
     informers.start(stop.child_token());
@@ -191,7 +224,10 @@ async fn run(flags: Flags, gates: FeatureGates, selected: Vec<&'static Controlle
     }
 
     let drain = futures::future::join_all(tasks);
-    if tokio::time::timeout(flags.shutdown_grace_period, drain).await.is_err() {
+    if tokio::time::timeout(flags.shutdown_grace_period, drain)
+        .await
+        .is_err()
+    {
         tracing::warn!(grace = ?flags.shutdown_grace_period, "in-flight syncs did not finish in time");
     }
     if let Some(e) = elector.as_mut() {

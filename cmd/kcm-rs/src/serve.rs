@@ -37,16 +37,27 @@ fn healthz_body(status: &Status, verbose: bool) -> (StatusCode, String) {
             lines.push(format!("[-]{name} failed: reason withheld"));
         }
     }
-    let code = if ok { StatusCode::OK } else { StatusCode::INTERNAL_SERVER_ERROR };
+    let code = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    };
     if verbose || !ok {
-        lines.push(if ok { "healthz check passed".into() } else { "healthz check failed".into() });
+        lines.push(if ok {
+            "healthz check passed".into()
+        } else {
+            "healthz check failed".into()
+        });
         (code, lines.join("\n") + "\n")
     } else {
         (code, "ok".into())
     }
 }
 
-async fn healthz(State(s): State<Shared>, Query(q): Query<Vec<(String, String)>>) -> impl IntoResponse {
+async fn healthz(
+    State(s): State<Shared>,
+    Query(q): Query<Vec<(String, String)>>,
+) -> impl IntoResponse {
     healthz_body(&s, q.iter().any(|(k, _)| k == "verbose"))
 }
 
@@ -57,28 +68,43 @@ async fn healthz_one(State(s): State<Shared>, Path(name): Path<String>) -> impl 
     let checks = s.checks.read();
     match checks.iter().find(|(n, _)| *n == name) {
         Some((_, h)) if h.ok() => (StatusCode::OK, "ok".to_string()),
-        Some(_) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{name} failed\n")),
+        Some(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{name} failed\n"),
+        ),
         None => (StatusCode::NOT_FOUND, format!("no health check {name}\n")),
     }
 }
 
 async fn readyz(State(s): State<Shared>) -> impl IntoResponse {
     if *s.standby.read() {
-        return (StatusCode::OK, "ok (standby: waiting for the lease)\n".to_string());
+        return (
+            StatusCode::OK,
+            "ok (standby: waiting for the lease)\n".to_string(),
+        );
     }
     match s.informers.read().as_ref() {
         Some(f) if f.has_synced() => (StatusCode::OK, "ok".to_string()),
         Some(f) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("[-]informer-sync failed: waiting for {}\n", f.unsynced_kinds().join(", ")),
+            format!(
+                "[-]informer-sync failed: waiting for {}\n",
+                f.unsynced_kinds().join(", ")
+            ),
         ),
-        None => (StatusCode::SERVICE_UNAVAILABLE, "[-]informer-sync failed: not started\n".to_string()),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "[-]informer-sync failed: not started\n".to_string(),
+        ),
     }
 }
 
 async fn metrics() -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, kcm_runtime::metrics::TEXT_CONTENT_TYPE)],
+        [(
+            header::CONTENT_TYPE,
+            kcm_runtime::metrics::TEXT_CONTENT_TYPE,
+        )],
         kcm_runtime::metrics::render(),
     )
 }

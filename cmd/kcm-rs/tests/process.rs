@@ -34,17 +34,30 @@ fn bad_input_is_a_clear_error_with_exit_code_2() {
     let out = run_to_end(&["--kubeconfig=/nonexistent/kubeconfig", "--secure-port=0"]);
     assert_user_error(&out, "reading kubeconfig /nonexistent/kubeconfig");
 
-    let out = run_to_end(&[&format!("--kubeconfig={kc}"), "--controllers=*,deployment-controller"]);
+    let out = run_to_end(&[
+        &format!("--kubeconfig={kc}"),
+        "--controllers=*,deployment-controller",
+    ]);
     assert_user_error(&out, "unknown controller \"deployment-controller\"");
 
-    let out = run_to_end(&[&format!("--kubeconfig={kc}"), "--feature-gates=NoSuchGate=true"]);
+    let out = run_to_end(&[
+        &format!("--kubeconfig={kc}"),
+        "--feature-gates=NoSuchGate=true",
+    ]);
     assert_user_error(&out, "NoSuchGate");
 
-    let out = run_to_end(&[&format!("--kubeconfig={kc}"), "--feature-gates=JobPodFailurePolicy=maybe"]);
+    let out = run_to_end(&[
+        &format!("--kubeconfig={kc}"),
+        "--feature-gates=JobPodFailurePolicy=maybe",
+    ]);
     assert_eq!(out.status.code(), Some(2));
 
     // A port nobody listens on: connection refused, reported, not retried forever.
-    let free = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    let free = TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
     let out = run_to_end(&[
         &format!("--kubeconfig={kc}"),
         &format!("--master=https://127.0.0.1:{free}"),
@@ -53,7 +66,10 @@ fn bad_input_is_a_clear_error_with_exit_code_2() {
     assert_user_error(&out, "API server at https://127.0.0.1");
 
     let garbage = tempfile_with("this is: [not a kubeconfig");
-    let out = run_to_end(&[&format!("--kubeconfig={}", garbage.display()), "--secure-port=0"]);
+    let out = run_to_end(&[
+        &format!("--kubeconfig={}", garbage.display()),
+        "--secure-port=0",
+    ]);
     assert_user_error(&out, "kubeconfig");
 }
 
@@ -64,7 +80,11 @@ fn tempfile_with(content: &str) -> std::path::PathBuf {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
 }
 
 struct Proc(Child);
@@ -76,8 +96,9 @@ impl Drop for Proc {
 }
 
 fn start(lease: &str, port: u16, extra: &[&str]) -> Proc {
-    let log = std::fs::File::create(std::env::temp_dir().join(format!("kcm-rs-{lease}-{port}.log")))
-        .expect("log");
+    let log =
+        std::fs::File::create(std::env::temp_dir().join(format!("kcm-rs-{lease}-{port}.log")))
+            .expect("log");
     Proc(
         Command::new(BIN)
             .arg(format!("--kubeconfig={}", shared().kubeconfig().display()))
@@ -113,7 +134,12 @@ fn holder_pid(identity: &str) -> Option<u32> {
     u32::from_str_radix(tail.get(..8)?, 16).ok()
 }
 
-async fn wait_holder(leases: &Api<Lease>, name: &str, not: Option<&str>, timeout: Duration) -> (String, Duration) {
+async fn wait_holder(
+    leases: &Api<Lease>,
+    name: &str,
+    not: Option<&str>,
+    timeout: Duration,
+) -> (String, Duration) {
     let start = Instant::now();
     loop {
         if let Some(h) = holder(leases, name).await
@@ -121,7 +147,10 @@ async fn wait_holder(leases: &Api<Lease>, name: &str, not: Option<&str>, timeout
         {
             return (h, start.elapsed());
         }
-        assert!(start.elapsed() < timeout, "no new holder of {name} within {timeout:?}");
+        assert!(
+            start.elapsed() < timeout,
+            "no new holder of {name} within {timeout:?}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -132,20 +161,31 @@ async fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
         .await?;
     let mut buf = String::new();
     s.read_to_string(&mut buf).await?;
-    let code = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let code = buf
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     Ok((code, body))
 }
 
 async fn wait_http(port: u16, path: &str, code: u16) -> String {
     let start = Instant::now();
     loop {
-        if let Ok(Ok((c, body))) = tokio::time::timeout(Duration::from_secs(2), http_get(port, path)).await
+        if let Ok(Ok((c, body))) =
+            tokio::time::timeout(Duration::from_secs(2), http_get(port, path)).await
             && c == code
         {
             return body;
         }
-        assert!(start.elapsed() < Duration::from_secs(20), "{path} never returned {code}");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{path} never returned {code}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -162,20 +202,37 @@ async fn one_leader_and_handover_when_the_leader_dies() {
     let (first, took) = wait_holder(&leases, &lease, None, Duration::from_secs(20)).await;
     eprintln!("first leader {first} after {took:?}");
     let first_pid = holder_pid(&first).expect("pid in identity");
-    assert!(first_pid == a.0.id() || first_pid == b.0.id(), "{first} is one of ours");
+    assert!(
+        first_pid == a.0.id() || first_pid == b.0.id(),
+        "{first} is one of ours"
+    );
     // Exactly one leads: the standby reports 0, the leader 1.
-    let (lp, sp) = if first_pid == a.0.id() { (pa, pb) } else { (pb, pa) };
+    let (lp, sp) = if first_pid == a.0.id() {
+        (pa, pb)
+    } else {
+        (pb, pa)
+    };
     let name = format!("leader_election_master_status{{name=\"{lease}\"}}");
     let leader_metrics = wait_http(lp, "/metrics", 200).await;
-    assert!(leader_metrics.contains(&format!("{name} 1")), "{leader_metrics}");
+    assert!(
+        leader_metrics.contains(&format!("{name} 1")),
+        "{leader_metrics}"
+    );
     let standby_metrics = wait_http(sp, "/metrics", 200).await;
-    assert!(standby_metrics.contains(&format!("{name} 0")), "{standby_metrics}");
+    assert!(
+        standby_metrics.contains(&format!("{name} 0")),
+        "{standby_metrics}"
+    );
     let readyz = wait_http(sp, "/readyz", 200).await;
     assert!(readyz.contains("standby"), "{readyz}");
 
     // Kill the leader without a chance to release: the standby takes over
     // once the lease has not been renewed for a lease duration (4 s).
-    let (mut leader, other) = if first_pid == a.0.id() { (a, b) } else { (b, a) };
+    let (mut leader, other) = if first_pid == a.0.id() {
+        (a, b)
+    } else {
+        (b, a)
+    };
     let killed_at = Instant::now();
     let _ = leader.0.kill();
     let _ = leader.0.wait();
@@ -184,7 +241,10 @@ async fn one_leader_and_handover_when_the_leader_dies() {
     eprintln!("handover after SIGKILL: {handover:?}");
     assert_eq!(holder_pid(&second), Some(other.0.id()));
     // Lease duration 4 s, plus at most one jittered retry (≤ 1.1 s) and slack.
-    assert!(handover < Duration::from_secs(7), "handover took {handover:?}");
+    assert!(
+        handover < Duration::from_secs(7),
+        "handover took {handover:?}"
+    );
     drop(other);
 }
 
@@ -200,13 +260,20 @@ async fn sigterm_releases_the_lease_for_a_fast_handover() {
     let b = start(&lease, free_port(), &[]);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let t = Instant::now();
-    let status = Command::new("kill").arg("-TERM").arg(a.0.id().to_string()).status().expect("kill");
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(a.0.id().to_string())
+        .status()
+        .expect("kill");
     assert!(status.success());
     let (second, _) = wait_holder(&leases, &lease, Some(&first), Duration::from_secs(10)).await;
     let handover = t.elapsed();
     eprintln!("handover after SIGTERM: {handover:?}");
     assert_eq!(holder_pid(&second), Some(b.0.id()));
-    assert!(handover < Duration::from_secs(4), "released, not expired: {handover:?}");
+    assert!(
+        handover < Duration::from_secs(4),
+        "released, not expired: {handover:?}"
+    );
     let mut a = a;
     let code = a.0.wait().expect("wait").code();
     assert_eq!(code, Some(0), "graceful exit");
@@ -214,15 +281,37 @@ async fn sigterm_releases_the_lease_for_a_fast_handover() {
 
 #[tokio::test]
 async fn endpoints_serve_health_readiness_and_upstream_metric_families() {
+    let client = shared().client().await.expect("client");
+    let ns = TestNamespace::create(&client, "endpoints")
+        .await
+        .expect("ns");
     let port = free_port();
-    let _p = start("unused-lease", port, &["--leader-elect=false"]);
+    let _p = start(&ns.name, port, &[]);
     let health = wait_http(port, "/healthz?verbose", 200).await;
     assert!(health.contains("[+]ping ok"), "{health}");
     wait_http(port, "/readyz", 200).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    wait_holder(&leases, &ns.name, None, Duration::from_secs(20)).await;
+    // Lease renewals go through the rate-limited client: give it one.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let metrics = wait_http(port, "/metrics", 200).await;
-    for family in ["process_resident_memory_bytes", "process_cpu_seconds_total"] {
-        assert!(metrics.contains(&format!("# TYPE {family}")), "{family} missing:\n{metrics}");
+    for family in [
+        "leader_election_master_status",
+        "rest_client_requests_total",
+        "rest_client_request_duration_seconds",
+        "rest_client_rate_limiter_duration_seconds",
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+    ] {
+        assert!(
+            metrics.contains(&format!("# TYPE {family} ")),
+            "{family} missing:\n{metrics}"
+        );
     }
+    assert!(
+        metrics.contains("rest_client_requests_total{code=\"200\",host=\"127.0.0.1"),
+        "{metrics}"
+    );
     let (code, _) = http_get(port, "/healthz/no-such-check").await.expect("get");
     assert_eq!(code, 404);
 }

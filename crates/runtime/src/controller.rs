@@ -25,6 +25,22 @@ pub struct ControllerContext {
     pub stop: CancellationToken,
 }
 
+impl ControllerContext {
+    /// A client of the controller's own, with its own QPS budget and user
+    /// agent, as KCM gives each controller (`--kube-api-qps`/`--kube-api-burst`).
+    pub fn client(&self, component: &'static str) -> Result<kube::Client, InitError> {
+        let opts = crate::client::ClientOptions {
+            qps: self.qps,
+            burst: self.burst,
+            user_agent_component: component.to_string(),
+        };
+        crate::client::build_client(self.kube_config.clone(), &opts).map_err(|e| InitError {
+            controller: component,
+            message: e.to_string(),
+        })
+    }
+}
+
 /// A running controller's workers.
 pub type RunFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 

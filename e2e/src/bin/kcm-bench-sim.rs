@@ -30,7 +30,12 @@ struct Flags {
 }
 
 fn phase_counts(pods: &[Pod]) -> (usize, usize) {
-    let phase = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default();
+    let phase = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default()
+    };
     let running = pods.iter().filter(|p| phase(p) == "Running").count();
     let done = pods.iter().filter(|p| phase(p) == "Succeeded").count();
     (running, done)
@@ -78,9 +83,18 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let wall = t0.elapsed().as_secs_f64();
-    let sim_cpu = cpu_seconds(sim_pid).zip(sim0).map(|(a, b)| a - b).unwrap_or(f64::NAN);
-    let api_cpu = cpu_seconds(cp.pid()).zip(api0).map(|(a, b)| a - b).unwrap_or(f64::NAN);
-    println!("pods: {} created in {:.1?}, peak running together: {peak_running}", flags.pods, created);
+    let sim_cpu = cpu_seconds(sim_pid)
+        .zip(sim0)
+        .map(|(a, b)| a - b)
+        .unwrap_or(f64::NAN);
+    let api_cpu = cpu_seconds(cp.pid())
+        .zip(api0)
+        .map(|(a, b)| a - b)
+        .unwrap_or(f64::NAN);
+    println!(
+        "pods: {} created in {:.1?}, peak running together: {peak_running}",
+        flags.pods, created
+    );
     println!("wall time until all Succeeded: {wall:.1}s");
     println!(
         "kcm-sim: {sim_cpu:.2} CPU-s ({:.1}% of one core), peak RSS {peak_rss:.0} MiB",
@@ -90,7 +104,10 @@ async fn main() -> anyhow::Result<()> {
         "kube-apiserver+etcd: {api_cpu:.2} CPU-s ({:.1}% of one core)",
         100.0 * api_cpu / wall
     );
-    println!("simulator share of control-plane CPU: {:.2}", sim_cpu / api_cpu);
+    println!(
+        "simulator share of control-plane CPU: {:.2}",
+        sim_cpu / api_cpu
+    );
     let _ = sim.kill().await;
     Ok(())
 }

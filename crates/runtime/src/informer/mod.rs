@@ -130,7 +130,10 @@ impl<K: Informable> Informer<K> {
             Event::Delete(obj) => {
                 let key = object_key(&obj);
                 let guard = self.handlers.read();
-                let last = self.store.remove(&key).unwrap_or_else(|| Arc::new(prune(obj)));
+                let last = self
+                    .store
+                    .remove(&key)
+                    .unwrap_or_else(|| Arc::new(prune(obj)));
                 for h in guard.iter() {
                     h(&Change::Deleted(Arc::clone(&last)));
                 }
@@ -151,7 +154,12 @@ impl<K: Informable> Informer<K> {
     }
 
     /// Runs the watch until `stop` is cancelled.
-    pub async fn run(self: Arc<Self>, api: Api<K>, config: watcher::Config, stop: CancellationToken) {
+    pub async fn run(
+        self: Arc<Self>,
+        api: Api<K>,
+        config: watcher::Config,
+        stop: CancellationToken,
+    ) {
         let mut stream = watcher::watcher(api, config).default_backoff().boxed();
         let mut relist = None;
         loop {

@@ -107,7 +107,11 @@ impl<K: Resource> Store<K> {
             .indexes
             .get(name)
             .and_then(|idx| idx.get(value))
-            .map(|keys| keys.iter().filter_map(|k| inner.objects.get(k).cloned()).collect())
+            .map(|keys| {
+                keys.iter()
+                    .filter_map(|k| inner.objects.get(k).cloned())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 

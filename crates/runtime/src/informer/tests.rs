@@ -32,7 +32,12 @@ fn recorder(inf: &Informer<Pod>) -> Arc<Mutex<Vec<String>>> {
         s.lock().push(match c {
             Change::Added(p) => format!("add {} {}", object_key(p.as_ref()), rv(p)),
             Change::Updated { old, new } => {
-                format!("update {} {}->{}", object_key(new.as_ref()), rv(old), rv(new))
+                format!(
+                    "update {} {}->{}",
+                    object_key(new.as_ref()),
+                    rv(old),
+                    rv(new)
+                )
             }
             Change::Deleted(p) => format!("delete {} {}", object_key(p.as_ref()), rv(p)),
         });
@@ -63,7 +68,12 @@ fn events_fan_out_with_old_objects_and_prune_managed_fields() {
     inf.apply(Event::Delete(pod("a", "p2", "4", None)), &mut relist);
     assert_eq!(
         *seen.lock(),
-        vec!["add a/p1 1", "update a/p1 1->2", "add a/p2 3", "delete a/p2 3"]
+        vec![
+            "add a/p1 1",
+            "update a/p1 1->2",
+            "add a/p2 3",
+            "delete a/p2 3"
+        ]
     );
     let p1 = inf.store().get("a/p1").expect("p1");
     assert!(p1.metadata.managed_fields.is_none());
@@ -77,14 +87,28 @@ fn relist_reports_deletes_missed_while_the_watch_was_down() {
     inf.add_index(BY_NODE_NAME, pod_node_index());
     list(
         &inf,
-        vec![pod("a", "keep", "1", Some("n")), pod("a", "gone", "1", Some("n")), pod("a", "changed", "1", None)],
+        vec![
+            pod("a", "keep", "1", Some("n")),
+            pod("a", "gone", "1", Some("n")),
+            pod("a", "changed", "1", None),
+        ],
     );
     let seen = recorder(&inf);
     seen.lock().clear();
-    list(&inf, vec![pod("a", "keep", "1", Some("n")), pod("a", "changed", "5", None), pod("a", "new", "6", None)]);
+    list(
+        &inf,
+        vec![
+            pod("a", "keep", "1", Some("n")),
+            pod("a", "changed", "5", None),
+            pod("a", "new", "6", None),
+        ],
+    );
     let mut got = seen.lock().clone();
     got.sort();
-    assert_eq!(got, vec!["add a/new 6", "delete a/gone 1", "update a/changed 1->5"]);
+    assert_eq!(
+        got,
+        vec!["add a/new 6", "delete a/gone 1", "update a/changed 1->5"]
+    );
     assert_eq!(inf.store().by_index(BY_NODE_NAME, "n").len(), 1);
     assert_eq!(inf.store().len(), 3);
 }
@@ -92,7 +116,10 @@ fn relist_reports_deletes_missed_while_the_watch_was_down() {
 #[test]
 fn a_late_handler_sees_existing_objects_once() {
     let inf = Informer::<Pod>::new();
-    list(&inf, vec![pod("a", "p1", "1", None), pod("b", "p2", "1", None)]);
+    list(
+        &inf,
+        vec![pod("a", "p1", "1", None), pod("b", "p2", "1", None)],
+    );
     let seen = recorder(&inf);
     let mut got = seen.lock().clone();
     got.sort();

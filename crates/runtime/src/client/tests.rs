@@ -1,0 +1,395 @@
+//! The client stack over a mocked API server: real `kube::Api` calls, fake
+//! transport.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use kube::client::{Body, ClientBuilder};
+use parking_lot::Mutex;
+use tokio::time::Instant;
+use tower::BoxError;
+
+use super::*;
+
+/// What the mock answers, in order; the last entry repeats.
+#[derive(Clone, Debug)]
+enum Reply {
+    Status(u16),
+    StatusRetryAfter(u16, &'static str),
+    ConnectionReset,
+}
+
+#[derive(Clone, Debug)]
+struct Seen {
+    method: http::Method,
+    uri: Uri,
+    user_agent: Option<String>,
+    at: Instant,
+}
+
+#[derive(Clone, Default)]
+struct Mock {
+    replies: Arc<Mutex<VecDeque<Reply>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+const POD_JSON: &str =
+    r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"default"}}"#;
+
+impl Mock {
+    fn new(replies: &[Reply]) -> Self {
+        Mock {
+            replies: Arc::new(Mutex::new(replies.iter().cloned().collect())),
+            seen: Arc::default(),
+        }
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().clone()
+    }
+
+    fn client(&self, opts: &ClientOptions, host: &str) -> kube::Client {
+        let mock = self.clone();
+        let svc = tower::service_fn(move |req: Request<Body>| {
+            let mock = mock.clone();
+            async move {
+                mock.seen.lock().push(Seen {
+                    method: req.method().clone(),
+                    uri: req.uri().clone(),
+                    user_agent: req
+                        .headers()
+                        .get(http::header::USER_AGENT)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned),
+                    at: Instant::now(),
+                });
+                let reply = {
+                    let mut q = mock.replies.lock();
+                    if q.len() > 1 {
+                        q.pop_front()
+                    } else {
+                        q.front().cloned()
+                    }
+                };
+                let (code, retry_after) = match reply.unwrap_or(Reply::Status(200)) {
+                    Reply::Status(c) => (c, None),
+                    Reply::StatusRetryAfter(c, ra) => (c, Some(ra)),
+                    Reply::ConnectionReset => {
+                        let e = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+                        return Err::<Response<Body>, BoxError>(Box::new(e));
+                    }
+                };
+                let body = if code < 300 {
+                    POD_JSON.to_owned()
+                } else {
+                    format!(
+                        r#"{{"kind":"Status","apiVersion":"v1","status":"Failure","code":{code},"reason":"ServiceUnavailable","message":"mock"}}"#
+                    )
+                };
+                let mut res = Response::builder()
+                    .status(StatusCode::from_u16(code)?)
+                    .header("content-type", "application/json");
+                if let Some(ra) = retry_after {
+                    res = res.header("retry-after", ra);
+                }
+                Ok(res.body(Body::from(body.into_bytes()))?)
+            }
+        });
+        let stack = ClientStack::new(opts, host).expect("valid options");
+        ClientBuilder::new(svc, "default")
+            .with_layer(&stack)
+            .build()
+    }
+}
+
+fn opts(qps: f32, burst: u32) -> ClientOptions {
+    ClientOptions {
+        qps,
+        burst,
+        user_agent_component: "job-controller".into(),
+    }
+}
+
+fn pod() -> Pod {
+    serde_json::from_str(POD_JSON).expect("pod json")
+}
+
+fn requests(code: &str, method: &str, host: &str) -> u64 {
+    rest_client_metrics()
+        .requests_total
+        .with_label_values(&[code, method, host])
+        .get()
+}
+
+fn durations(verb: &str, host: &str) -> u64 {
+    rest_client_metrics()
+        .request_duration
+        .with_label_values(&[verb, host])
+        .get_sample_count()
+}
+
+#[tokio::test(start_paused = true)]
+async fn burst_plus_one_request_waits_one_over_qps() {
+    let host = "limiter.test:6443";
+    let mock = Mock::new(&[Reply::Status(200)]);
+    let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(10.0, 3), host));
+    for _ in 0..5 {
+        pods.get("p").await.expect("get");
+    }
+    let seen = mock.seen();
+    assert_eq!(seen.len(), 5);
+    let t0 = seen[0].at;
+    let offsets: Vec<Duration> = seen.iter().map(|s| s.at - t0).collect();
+    // Three free (the burst), then one every 100 ms (1/qps).
+    assert_eq!(offsets[1], Duration::ZERO);
+    assert_eq!(offsets[2], Duration::ZERO);
+    assert!(
+        offsets[3] >= Duration::from_millis(100) && offsets[3] <= Duration::from_millis(102),
+        "{offsets:?}"
+    );
+    assert!(
+        offsets[4] >= Duration::from_millis(200) && offsets[4] <= Duration::from_millis(203),
+        "{offsets:?}"
+    );
+    let waited = rest_client_metrics()
+        .rate_limiter_duration
+        .with_label_values(&["GET", host]);
+    assert_eq!(waited.get_sample_count(), 5);
+    assert!(
+        (waited.get_sample_sum() - 0.2).abs() < 0.01,
+        "{}",
+        waited.get_sample_sum()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_client_has_its_own_bucket() {
+    let mock = Mock::new(&[Reply::Status(200)]);
+    let a: Api<Pod> = Api::default_namespaced(mock.client(&opts(1.0, 1), "bucket-a.test"));
+    let b: Api<Pod> = Api::default_namespaced(mock.client(&opts(1.0, 1), "bucket-b.test"));
+    let start = Instant::now();
+    a.get("p").await.expect("get");
+    b.get("p").await.expect("get");
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn watches_are_neither_throttled_nor_timed() {
+    let host = "watch.test";
+    let mock = Mock::new(&[Reply::Status(200)]);
+    let client = mock.client(&opts(1.0, 1), host);
+    Api::<Pod>::default_namespaced(client.clone())
+        .get("p")
+        .await
+        .expect("get");
+    let before = durations("GET", host);
+    let start = Instant::now();
+    let req = Request::get("/api/v1/namespaces/default/pods?watch=true&resourceVersion=1")
+        .body(Body::empty())
+        .expect("request");
+    let res = client.send(req).await.expect("watch");
+    drop(res);
+    assert_eq!(start.elapsed(), Duration::ZERO, "watch was throttled");
+    assert_eq!(durations("GET", host), before, "watch was timed");
+    assert_eq!(
+        requests("200", "GET", host),
+        2,
+        "watch attempts are still counted"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn get_is_retried_at_most_three_times_on_503() {
+    let host = "retry-get.test";
+    let mock = Mock::new(&[Reply::Status(503)]);
+    let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(100.0, 100), host));
+    let start = Instant::now();
+    let err = pods.get("p").await.expect_err("503 surfaces");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 503),
+        "{err:?}"
+    );
+    assert_eq!(mock.seen().len(), 4, "1 attempt + 3 retries");
+    // 100 + 200 + 400 ms of backoff.
+    assert!(
+        start.elapsed() >= Duration::from_millis(700),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(requests("503", "GET", host), 4);
+    let retries = rest_client_metrics()
+        .retries_total
+        .with_label_values(&["503", "GET", host])
+        .get();
+    assert_eq!(retries, 3);
+    assert_eq!(
+        durations("GET", host),
+        1,
+        "one duration per request, not per attempt"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_succeeds_and_honours_retry_after() {
+    let host = "retry-after.test";
+    let mock = Mock::new(&[
+        Reply::StatusRetryAfter(429, "2"),
+        Reply::StatusRetryAfter(503, "600"),
+        Reply::Status(200),
+    ]);
+    let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(100.0, 100), host));
+    pods.get("p").await.expect("third attempt succeeds");
+    let seen = mock.seen();
+    assert_eq!(seen.len(), 3);
+    assert_eq!(seen[1].at - seen[0].at, Duration::from_secs(2));
+    // 600 s asked, capped at 10 s.
+    assert!(seen[2].at - seen[1].at >= MAX_RETRY_AFTER);
+    assert!(seen[2].at - seen[1].at < MAX_RETRY_AFTER + Duration::from_millis(50));
+    assert_eq!(requests("429", "GET", host), 1);
+    assert_eq!(requests("503", "GET", host), 1);
+    assert_eq!(requests("200", "GET", host), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn post_is_never_retried() {
+    let host = "retry-post.test";
+    for reply in [
+        Reply::Status(503),
+        Reply::StatusRetryAfter(429, "1"),
+        Reply::ConnectionReset,
+    ] {
+        let mock = Mock::new(std::slice::from_ref(&reply));
+        let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(100.0, 100), host));
+        pods.create(&PostParams::default(), &pod())
+            .await
+            .expect_err("failure surfaces");
+        assert_eq!(mock.seen().len(), 1, "{reply:?}");
+        assert_eq!(mock.seen()[0].method, http::Method::POST);
+    }
+    assert_eq!(requests("503", "POST", host), 1);
+    assert_eq!(requests("429", "POST", host), 1);
+    assert_eq!(requests("<error>", "POST", host), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn get_is_retried_after_connection_reset_but_put_is_not() {
+    let host = "retry-conn.test";
+    let mock = Mock::new(&[Reply::ConnectionReset, Reply::Status(200)]);
+    let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(100.0, 100), host));
+    pods.get("p").await.expect("retried");
+    assert_eq!(mock.seen().len(), 2);
+    assert_eq!(requests("<error>", "GET", host), 1);
+    assert_eq!(requests("200", "GET", host), 1);
+
+    let mock = Mock::new(&[Reply::ConnectionReset, Reply::Status(200)]);
+    let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(100.0, 100), host));
+    pods.replace("p", &PostParams::default(), &pod())
+        .await
+        .expect_err("PUT not retried on a connection error");
+    assert_eq!(mock.seen().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn metrics_and_user_agent_per_request() {
+    let host = "labels.test:443";
+    let mock = Mock::new(&[Reply::Status(200)]);
+    let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(100.0, 100), host));
+    pods.get("p").await.expect("get");
+    pods.create(&PostParams::default(), &pod())
+        .await
+        .expect("post");
+    pods.delete("p", &Default::default()).await.expect("delete");
+    assert_eq!(requests("200", "GET", host), 1);
+    assert_eq!(requests("200", "POST", host), 1);
+    assert_eq!(requests("200", "DELETE", host), 1);
+    assert_eq!(durations("GET", host), 1);
+    assert_eq!(durations("POST", host), 1);
+    assert_eq!(durations("DELETE", host), 1);
+    let ua = user_agent("job-controller");
+    for s in mock.seen() {
+        assert_eq!(s.user_agent.as_deref(), Some(ua.as_str()), "{}", s.uri);
+    }
+    // The families are in the shared registry under their upstream names.
+    let text = crate::metrics::render();
+    for name in [
+        "rest_client_requests_total",
+        "rest_client_request_duration_seconds_bucket",
+        "rest_client_rate_limiter_duration_seconds_bucket",
+    ] {
+        assert!(text.contains(name), "{name} missing");
+    }
+    assert!(text.contains(r#"le="0.005""#) && text.contains(r#"le="60""#));
+}
+
+#[test]
+fn user_agent_looks_like_kcm() {
+    let ua = user_agent("job-controller");
+    assert!(
+        ua.starts_with(&format!("kcm-rs/v{} (", env!("CARGO_PKG_VERSION"))),
+        "{ua}"
+    );
+    assert!(ua.ends_with(") kcm-rs/job-controller"), "{ua}");
+    assert!(ua.contains(&format!("({}/", std::env::consts::OS)), "{ua}");
+    assert!(!user_agent("").ends_with('/'));
+}
+
+#[test]
+fn host_label_is_authority_without_credentials() {
+    let h = |s: &str| host_label(&s.parse::<Uri>().expect("uri"));
+    assert_eq!(h("https://10.0.0.1:6443"), "10.0.0.1:6443");
+    assert_eq!(
+        h("https://kubernetes.default.svc"),
+        "kubernetes.default.svc"
+    );
+    assert_eq!(h("https://user:pw@example.com:443/"), "example.com:443");
+    assert_eq!(h("/relative"), "none");
+}
+
+#[test]
+fn options_are_validated() {
+    let bad_qps = [0.0, -1.0, f32::NAN, f32::INFINITY];
+    for qps in bad_qps {
+        let o = ClientOptions {
+            qps,
+            ..ClientOptions::default()
+        };
+        assert!(
+            matches!(ClientStack::new(&o, "h"), Err(ClientError::InvalidQps(_))),
+            "{qps}"
+        );
+    }
+    let o = ClientOptions {
+        burst: 0,
+        ..ClientOptions::default()
+    };
+    assert!(matches!(
+        ClientStack::new(&o, "h"),
+        Err(ClientError::InvalidBurst)
+    ));
+    let o = ClientOptions::for_component("bad\ncomponent");
+    assert!(matches!(
+        ClientStack::new(&o, "h"),
+        Err(ClientError::InvalidUserAgent(_))
+    ));
+    let o = ClientOptions::for_component("job-controller");
+    assert_eq!((o.qps, o.burst), (DEFAULT_QPS, DEFAULT_BURST));
+}
+
+#[test]
+fn build_client_needs_a_runtime() {
+    let config = kube::Config::new("https://127.0.0.1:6443".parse().expect("uri"));
+    let res = build_client(config, &ClientOptions::for_component("x"));
+    assert!(matches!(res, Err(ClientError::NoRuntime)));
+}
+
+#[tokio::test]
+async fn build_client_from_config() {
+    let config = kube::Config::new("http://127.0.0.1:1".parse().expect("uri"));
+    let client =
+        build_client(config, &ClientOptions::for_component("job-controller")).expect("client");
+    assert_eq!(client.default_namespace(), "default");
+}

@@ -1,0 +1,361 @@
+//! Event recorder writing core/v1 `Event`s the way client-go's
+//! `record.EventRecorder` does for kube-controller-manager.
+//!
+//! * `source.component` and `reportingComponent` are the controller's
+//!   component name (`job-controller`, `taint-eviction-controller`, …),
+//!   `reportingInstance` is the host name; the involved object is the given
+//!   `ObjectReference`; the event lives in its namespace, `default` for
+//!   cluster-scoped objects; its name is `<object name>.<16 hex digits>`.
+//! * Identical events (same object, type, reason and message) within
+//!   [`CORRELATION_WINDOW`] of the previous one are folded: the existing
+//!   object's `count`, `lastTimestamp` and `message` are patched.
+//! * [`Recorder::event`] never blocks: the event is queued to a background
+//!   task through a bounded channel, and dropped (counted in
+//!   `kcm_event_recorder_dropped_events_total{component}` and logged) when
+//!   the queue is full, as client-go's broadcaster drops when overloaded.
+
+mod correlate;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Event, ObjectReference};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use prometheus::{IntCounterVec, Opts};
+use tokio::sync::{mpsc, oneshot};
+
+pub use self::correlate::{
+    CORRELATION_WINDOW, CacheEntry, Correlator, Decision, EventData, EventKey, MAX_CACHE_ENTRIES,
+    build_event, count_patch, event_name, event_namespace, unix_nanos,
+};
+
+/// Events queued before new ones are dropped (client-go's broadcaster
+/// `maxQueuedEvents`).
+pub const QUEUE_CAPACITY: usize = 1000;
+/// Attempts to write one event when the API server is unreachable or
+/// overloaded (429/5xx). client-go tries 12 times, 10 s apart, stalling its
+/// queue for up to two minutes; we give up sooner.
+const WRITE_ATTEMPTS: u32 = 3;
+/// Pause between write attempts.
+const WRITE_RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// The `type` of an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventType {
+    /// Routine progress (`SuccessfulCreate`, `Completed`, …).
+    Normal,
+    /// Something the user should look at (`BackoffLimitExceeded`, …).
+    Warning,
+}
+
+impl EventType {
+    /// `Normal` or `Warning`, as written to the API.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+enum Msg {
+    Event(Box<Pending>),
+    Flush(oneshot::Sender<()>),
+}
+
+struct Pending {
+    involved: ObjectReference,
+    type_: EventType,
+    reason: String,
+    message: String,
+    at: Timestamp,
+}
+
+/// Records events for one controller. Cheap to clone; all clones feed the
+/// same background writer, which stops when the last clone is dropped.
+#[derive(Clone, Debug)]
+pub struct Recorder {
+    tx: mpsc::Sender<Msg>,
+    component: &'static str,
+    dropped: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Msg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Msg::Event(_) => "Event",
+            Msg::Flush(_) => "Flush",
+        })
+    }
+}
+
+impl Recorder {
+    /// A recorder writing as `component`, with the host name as
+    /// `reportingInstance` and a queue of [`QUEUE_CAPACITY`] events.
+    ///
+    /// Spawns the writer task, so it must be called inside a Tokio runtime.
+    pub fn new(client: kube::Client, component: &'static str) -> Recorder {
+        Recorder::with_options(client, component, &hostname(component), QUEUE_CAPACITY)
+    }
+
+    /// Like [`Recorder::new`] with an explicit `reportingInstance` and queue
+    /// capacity (at least 1).
+    pub fn with_options(
+        client: kube::Client,
+        component: &'static str,
+        instance: &str,
+        capacity: usize,
+    ) -> Recorder {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let writer = Writer {
+            client,
+            component,
+            instance: instance.into(),
+            correlator: Correlator::default(),
+            last_suffix: 0,
+        };
+        tokio::spawn(writer.run(rx));
+        Recorder {
+            tx,
+            component,
+            dropped: Arc::default(),
+        }
+    }
+
+    /// The component this recorder writes as.
+    pub fn component(&self) -> &'static str {
+        self.component
+    }
+
+    /// Records an event about `involved`. Never waits: when the queue is
+    /// full the event is dropped and counted.
+    pub fn event(
+        &self,
+        involved: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        message: impl Into<String>,
+    ) {
+        let pending = Pending {
+            involved: involved.clone(),
+            type_,
+            reason: reason.to_owned(),
+            message: message.into(),
+            at: Timestamp::now(),
+        };
+        match self.tx.try_send(Msg::Event(Box::new(pending))) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                dropped_events().with_label_values(&[self.component]).inc();
+                let n = self.dropped.fetch_add(1, Ordering::Relaxed);
+                // Overload produces floods of drops: log the first and then
+                // every thousandth.
+                if n.is_multiple_of(1000) {
+                    tracing::warn!(
+                        component = self.component,
+                        dropped = n + 1,
+                        reason,
+                        "event queue full, dropping event"
+                    );
+                }
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                tracing::warn!(
+                    component = self.component,
+                    reason,
+                    "event writer stopped, dropping event"
+                );
+            }
+        }
+    }
+
+    /// Formats the message like client-go's `Eventf`.
+    pub fn eventf(
+        &self,
+        involved: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        args: std::fmt::Arguments<'_>,
+    ) {
+        self.event(involved, type_, reason, args.to_string());
+    }
+
+    /// Waits until every event recorded before this call has been written
+    /// (or given up on).
+    pub async fn flush(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.tx.send(Msg::Flush(done)).await.is_ok() {
+            let _ = wait.await;
+        }
+    }
+}
+
+/// `kcm_event_recorder_dropped_events_total{component}`: events dropped
+/// because the recorder's queue was full. kcm-rs only; client-go drops
+/// silently.
+fn dropped_events() -> &'static IntCounterVec {
+    static METRIC: OnceLock<IntCounterVec> = OnceLock::new();
+    METRIC.get_or_init(|| {
+        let c = IntCounterVec::new(
+            Opts::new(
+                "kcm_event_recorder_dropped_events_total",
+                "Events dropped because the event recorder's queue was full.",
+            ),
+            &["component"],
+        )
+        .expect("static metric definition is valid");
+        crate::metrics::register(c)
+    })
+}
+
+/// The `reportingInstance`: the host (pod) name, or the component name when
+/// it cannot be found.
+fn hostname(component: &str) -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| component.to_owned())
+}
+
+/// The background task owning the correlation cache.
+struct Writer {
+    client: kube::Client,
+    component: &'static str,
+    instance: Arc<str>,
+    correlator: Correlator,
+    last_suffix: u64,
+}
+
+impl Writer {
+    async fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
+        while let Some(msg) = rx.recv().await {
+            match msg {
+                Msg::Event(p) => self.write(*p).await,
+                Msg::Flush(done) => {
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+
+    /// A name suffix from the event time, strictly increasing so that two
+    /// events about one object in the same nanosecond get distinct names.
+    fn next_suffix(&mut self, at: Timestamp) -> u64 {
+        self.last_suffix = unix_nanos(at).max(self.last_suffix.saturating_add(1));
+        self.last_suffix
+    }
+
+    async fn write(&mut self, p: Pending) {
+        let instance = self.instance.clone();
+        let data = EventData {
+            involved: &p.involved,
+            type_: p.type_,
+            reason: &p.reason,
+            message: &p.message,
+            component: self.component,
+            instance: &instance,
+        };
+        tracing::debug!(
+            component = self.component,
+            kind = p.involved.kind.as_deref().unwrap_or_default(),
+            namespace = p.involved.namespace.as_deref().unwrap_or_default(),
+            name = p.involved.name.as_deref().unwrap_or_default(),
+            type_ = p.type_.as_str(),
+            reason = %p.reason,
+            message = %p.message,
+            "event"
+        );
+        let key = EventKey::new(&p.involved, p.type_, &p.reason, &p.message);
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &event_namespace(&p.involved));
+
+        if let Decision::Patch(entry) = self.correlator.decide(&key, p.at) {
+            let patch = count_patch(entry.count, entry.last, &p.message);
+            match api
+                .patch(&entry.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    self.correlator.record(key, entry);
+                    return;
+                }
+                Err(kube::Error::Api(s)) if s.is_not_found() => {
+                    // Expired (event TTL) or deleted: create it again under
+                    // the same name with the count so far, as client-go does.
+                    let ev = build_event(
+                        &data,
+                        entry.name.clone(),
+                        entry.count,
+                        entry.first,
+                        entry.last,
+                    );
+                    if self.create(&api, &ev).await {
+                        self.correlator.record(key, entry);
+                    } else {
+                        self.correlator.forget(&key);
+                    }
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(component = self.component, event = %entry.name, error = %e, "could not update event");
+                    return;
+                }
+            }
+        }
+
+        let name = event_name(
+            p.involved.name.as_deref().unwrap_or_default(),
+            self.next_suffix(p.at),
+        );
+        let ev = build_event(&data, name.clone(), 1, p.at, p.at);
+        if self.create(&api, &ev).await {
+            self.correlator.record(
+                key,
+                CacheEntry {
+                    name,
+                    namespace: event_namespace(&p.involved),
+                    count: 1,
+                    first: p.at,
+                    last: p.at,
+                },
+            );
+        }
+    }
+
+    /// Creates `ev`, retrying transient failures. An AlreadyExists answer
+    /// means an earlier attempt landed. Returns whether the event exists.
+    async fn create(&self, api: &Api<Event>, ev: &Event) -> bool {
+        let name = ev.metadata.name.as_deref().unwrap_or_default();
+        for attempt in 1..=WRITE_ATTEMPTS {
+            match api.create(&PostParams::default(), ev).await {
+                Ok(_) => return true,
+                Err(kube::Error::Api(s)) if s.is_already_exists() => return true,
+                Err(e) if attempt < WRITE_ATTEMPTS && is_transient(&e) => {
+                    tracing::debug!(component = self.component, event = name, error = %e, "retrying event write");
+                    tokio::time::sleep(WRITE_RETRY_DELAY).await;
+                }
+                Err(e) => {
+                    tracing::warn!(component = self.component, event = name, error = %e, "could not write event");
+                    return false;
+                }
+            }
+        }
+        false
+    }
+}
+
+/// Transport failures and overload answers are worth another attempt;
+/// validation, authorization and namespace-terminating errors are not.
+fn is_transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests;

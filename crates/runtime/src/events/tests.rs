@@ -1,0 +1,212 @@
+//! The writer over a mocked API server (request shapes only; end-to-end
+//! tests against a real API server live in the e2e crate).
+
+use std::sync::Arc;
+
+use http::{Method, Request, Response};
+use http_body_util::BodyExt;
+use kube::client::Body;
+use parking_lot::Mutex;
+use serde_json::Value;
+use tower::BoxError;
+
+use super::*;
+
+#[derive(Clone, Debug)]
+struct Seen {
+    method: Method,
+    path: String,
+    body: Value,
+}
+
+/// Answers POST with 201 and PATCH with `patch_status`, echoing the body.
+fn mock_client(patch_status: u16) -> (kube::Client, Arc<Mutex<Vec<Seen>>>) {
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let log = seen.clone();
+    let svc = tower::service_fn(move |req: Request<Body>| {
+        let log = log.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let bytes = body.collect().await?.to_bytes();
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            log.lock().push(Seen {
+                method: parts.method.clone(),
+                path: parts.uri.path().to_owned(),
+                body: body.clone(),
+            });
+            let (status, out) = match parts.method {
+                Method::PATCH if patch_status == 404 => (
+                    404,
+                    serde_json::json!({"kind":"Status","apiVersion":"v1","status":"Failure","code":404,"reason":"NotFound","message":"gone"}),
+                ),
+                Method::PATCH => {
+                    let mut ev = serde_json::json!({"apiVersion":"v1","kind":"Event","metadata":{"name":"x"},"involvedObject":{}});
+                    ev["count"] = body["count"].clone();
+                    (200, ev)
+                }
+                _ => (201, body),
+            };
+            let res = Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(Body::from(serde_json::to_vec(&out)?))?;
+            Ok::<_, BoxError>(res)
+        }
+    });
+    (kube::Client::new(svc, "default"), seen)
+}
+
+fn job_ref() -> ObjectReference {
+    ObjectReference {
+        api_version: Some("batch/v1".into()),
+        kind: Some("Job".into()),
+        namespace: Some("ns1".into()),
+        name: Some("pi".into()),
+        uid: Some("u1".into()),
+        ..ObjectReference::default()
+    }
+}
+
+#[tokio::test]
+async fn creates_then_patches_identical_events() {
+    let (client, seen) = mock_client(200);
+    let rec = Recorder::with_options(client, "job-controller", "node-a", 10);
+    rec.event(
+        &job_ref(),
+        EventType::Normal,
+        "SuccessfulCreate",
+        "Created pod: pi-abc",
+    );
+    rec.event(
+        &job_ref(),
+        EventType::Normal,
+        "SuccessfulCreate",
+        "Created pod: pi-abc",
+    );
+    rec.event(
+        &job_ref(),
+        EventType::Normal,
+        "SuccessfulCreate",
+        "Created pod: pi-abc",
+    );
+    rec.eventf(
+        &job_ref(),
+        EventType::Warning,
+        "BackoffLimitExceeded",
+        format_args!("Job has reached the specified backoff limit"),
+    );
+    rec.flush().await;
+
+    let seen = seen.lock().clone();
+    assert_eq!(seen.len(), 4, "{seen:#?}");
+    let create = &seen[0];
+    assert_eq!(create.method, Method::POST);
+    assert_eq!(create.path, "/api/v1/namespaces/ns1/events");
+    let b = &create.body;
+    let name = b["metadata"]["name"].as_str().expect("name");
+    assert!(
+        name.starts_with("pi.") && name.len() == "pi.".len() + 16,
+        "{name}"
+    );
+    assert_eq!(b["metadata"]["namespace"], "ns1");
+    assert_eq!(b["involvedObject"]["kind"], "Job");
+    assert_eq!(b["involvedObject"]["uid"], "u1");
+    assert_eq!(b["type"], "Normal");
+    assert_eq!(b["reason"], "SuccessfulCreate");
+    assert_eq!(b["message"], "Created pod: pi-abc");
+    assert_eq!(b["count"], 1);
+    assert_eq!(b["source"]["component"], "job-controller");
+    assert_eq!(b["reportingComponent"], "job-controller");
+    assert_eq!(b["reportingInstance"], "node-a");
+    assert_eq!(b["firstTimestamp"], b["lastTimestamp"]);
+
+    for (i, want) in [(1, 2), (2, 3)] {
+        assert_eq!(seen[i].method, Method::PATCH);
+        assert_eq!(
+            seen[i].path,
+            format!("/api/v1/namespaces/ns1/events/{name}")
+        );
+        assert_eq!(seen[i].body["count"], want);
+        assert!(seen[i].body["lastTimestamp"].is_string());
+    }
+    assert_eq!(seen[3].method, Method::POST);
+    assert_eq!(seen[3].body["type"], "Warning");
+    assert_ne!(seen[3].body["metadata"]["name"], name);
+}
+
+#[tokio::test]
+async fn patch_of_expired_event_recreates_it_with_the_count() {
+    let (client, seen) = mock_client(404);
+    let rec = Recorder::with_options(client, "disruption-controller", "i", 10);
+    let node = ObjectReference {
+        kind: Some("Node".into()),
+        name: Some("n1".into()),
+        ..ObjectReference::default()
+    };
+    rec.event(&node, EventType::Normal, "R", "m");
+    rec.event(&node, EventType::Normal, "R", "m");
+    rec.flush().await;
+    let seen = seen.lock().clone();
+    let methods: Vec<_> = seen.iter().map(|s| s.method.clone()).collect();
+    assert_eq!(methods, [Method::POST, Method::PATCH, Method::POST]);
+    assert_eq!(
+        seen[0].path, "/api/v1/namespaces/default/events",
+        "cluster-scoped -> default"
+    );
+    assert_eq!(seen[2].body["count"], 2);
+    assert_eq!(
+        seen[2].body["metadata"]["name"],
+        seen[0].body["metadata"]["name"]
+    );
+}
+
+#[tokio::test]
+async fn full_queue_drops_instead_of_blocking() {
+    let component = "drop-test-controller";
+    let before = dropped_events().with_label_values(&[component]).get();
+    let (client, seen) = mock_client(200);
+    let rec = Recorder::with_options(client, component, "i", 1);
+    // The current-thread runtime does not run the writer until we yield, so
+    // the first event fills the queue and the next two are dropped.
+    rec.event(&job_ref(), EventType::Normal, "A", "1");
+    rec.event(&job_ref(), EventType::Normal, "B", "2");
+    rec.event(&job_ref(), EventType::Normal, "C", "3");
+    assert_eq!(
+        dropped_events().with_label_values(&[component]).get() - before,
+        2
+    );
+    rec.flush().await;
+    assert_eq!(seen.lock().len(), 1);
+    assert!(crate::metrics::render().contains("kcm_event_recorder_dropped_events_total"));
+}
+
+#[tokio::test]
+async fn suffixes_are_unique_within_a_nanosecond() {
+    let (client, _) = mock_client(200);
+    let mut w = Writer {
+        client,
+        component: "c",
+        instance: "i".into(),
+        correlator: Correlator::default(),
+        last_suffix: 0,
+    };
+    let at = Timestamp::from_second(1_700_000_000).expect("ts");
+    let a = w.next_suffix(at);
+    let b = w.next_suffix(at);
+    assert_eq!(a, unix_nanos(at));
+    assert_eq!(b, a + 1);
+}
+
+#[test]
+fn transient_errors() {
+    let status = |code| {
+        kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            ..Default::default()
+        }))
+    };
+    assert!(is_transient(&status(429)));
+    assert!(is_transient(&status(503)));
+    assert!(!is_transient(&status(403)));
+    assert!(!is_transient(&status(422)));
+}
