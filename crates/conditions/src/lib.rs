@@ -1,0 +1,14 @@
+//! Condition utilities every kcm-rs controller that writes conditions uses:
+//! pod and Job condition lookup and upsert with upstream's transition-time
+//! rules, the `DisruptionTarget` reasons and messages, pod predicates, and
+//! the body of the status patch that appends a condition (with the pod UID
+//! as a precondition). There is no second copy of these anywhere.
+
+pub mod disruption;
+pub mod job;
+pub mod patch;
+pub mod pod;
+
+pub use disruption::{DISRUPTION_TARGET, disruption_target};
+pub use patch::pod_status_patch;
+pub use pod::{get_pod_condition, update_pod_condition};
