@@ -98,6 +98,20 @@ pub struct Flags {
     #[arg(long, default_value_t = 12500)]
     pub terminated_pod_gc_threshold: i64,
 
+    /// Pod GC loop period (upstream: a 20 s constant). For tests.
+    #[arg(long, default_value = "20s", value_parser = parse_go_duration, hide = true)]
+    pub pod_gc_period: Duration,
+
+    /// Pod GC quarantine before an orphaned pod is removed (upstream: a 40 s
+    /// constant). For tests.
+    #[arg(long, default_value = "40s", value_parser = parse_go_duration, hide = true)]
+    pub pod_gc_quarantine: Duration,
+
+    /// How long a DisruptionTarget condition may stay on a pod that is not
+    /// being deleted (upstream: a 2 min constant). For tests.
+    #[arg(long, default_value = "2m", value_parser = parse_go_duration, hide = true)]
+    pub stale_pod_disruption_timeout: Duration,
+
     /// Start a leader election client and gain leadership before running.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,

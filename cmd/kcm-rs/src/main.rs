@@ -200,6 +200,14 @@ async fn run(
         kube_config: ctx_config,
         qps: flags.kube_api_qps,
         burst: flags.kube_api_burst,
+        features: gates,
+        settings: controller::Settings {
+            concurrent_job_syncs: flags.concurrent_job_syncs,
+            terminated_pod_gc_threshold: flags.terminated_pod_gc_threshold,
+            pod_gc_period: flags.pod_gc_period,
+            pod_gc_quarantine: flags.pod_gc_quarantine,
+            stale_pod_disruption_timeout: flags.stale_pod_disruption_timeout,
+        },
         stop: stop.child_token(),
     };
     let mut tasks = Vec::new();

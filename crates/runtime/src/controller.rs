@@ -21,8 +21,43 @@ pub struct ControllerContext {
     pub kube_config: kube::Config,
     pub qps: f32,
     pub burst: u32,
+    /// `--feature-gates`.
+    pub features: kcm_features::FeatureGates,
+    /// Per-controller settings from flags.
+    pub settings: Settings,
     /// Cancelled when the process shuts down.
     pub stop: CancellationToken,
+}
+
+/// Controller settings that come from flags; `Default` gives KCM's values.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `--concurrent-job-syncs` (KCM default 5).
+    pub concurrent_job_syncs: u32,
+    /// `--terminated-pod-gc-threshold` (KCM default 12500; <= 0 disables
+    /// only the terminated-pod pass).
+    pub terminated_pod_gc_threshold: i64,
+    /// Pod GC loop period; upstream's constant gcCheckPeriod is 20 s. A flag
+    /// here only so tests run fast.
+    pub pod_gc_period: std::time::Duration,
+    /// Pod GC orphan quarantine; upstream's constant quarantineTime is 40 s.
+    pub pod_gc_quarantine: std::time::Duration,
+    /// How long a DisruptionTarget condition may stay on a pod that is not
+    /// being deleted before the disruption controller resets it (upstream
+    /// constant stalePodDisruptionTimeout, 2 min).
+    pub stale_pod_disruption_timeout: std::time::Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            concurrent_job_syncs: 5,
+            terminated_pod_gc_threshold: 12_500,
+            pod_gc_period: std::time::Duration::from_secs(20),
+            pod_gc_quarantine: std::time::Duration::from_secs(40),
+            stale_pod_disruption_timeout: std::time::Duration::from_secs(120),
+        }
+    }
 }
 
 impl ControllerContext {
