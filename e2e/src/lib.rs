@@ -7,6 +7,8 @@ pub mod apply;
 pub mod binaries;
 pub mod control_plane;
 pub mod error;
+pub mod history;
+pub mod in_process;
 pub mod kubelet;
 pub mod namespace;
 pub mod procstat;

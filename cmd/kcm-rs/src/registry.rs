@@ -3,4 +3,4 @@
 
 use kcm_runtime::controller::ControllerSpec;
 
-pub const REGISTRY: &[ControllerSpec] = &[];
+pub const REGISTRY: &[ControllerSpec] = &[kcm_podgc::SPEC];

@@ -1,0 +1,155 @@
+//! The executor: every period, take the caches, decide, and carry out the
+//! plan in upstream's order; the orphan pass goes through the quarantine
+//! queue and a live node GET before anything is deleted.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kcm_runtime::informer::Informer;
+use kcm_runtime::workqueue::WorkQueue;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use tracing::Instrument;
+
+use crate::decide::{self, Collect, Config};
+use crate::metrics::metrics;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    #[error("patching status of {namespace}/{name}: {source}")]
+    Patch {
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+    #[error("deleting {namespace}/{name}: {source}")]
+    Delete {
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+}
+
+pub struct PodGc {
+    pub client: kube::Client,
+    pub pods: Arc<Informer<Pod>>,
+    pub nodes: Arc<Informer<Node>>,
+    pub queue: WorkQueue<String>,
+    pub config: Config,
+    pub quarantine: Duration,
+}
+
+impl PodGc {
+    /// Status patch (if any) then force delete; a failed patch means no delete.
+    async fn mark_failed_and_delete(&self, c: &Collect) -> Result<(), GcError> {
+        tracing::info!(pod = %format!("{}/{}", c.namespace, c.name), reason = c.reason.label(), "PodGC is force deleting Pod");
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &c.namespace);
+        if let Some(body) = &c.status_patch {
+            api.patch_status(&c.name, &PatchParams::default(), &Patch::Strategic(body))
+                .await
+                .map_err(|source| GcError::Patch {
+                    namespace: c.namespace.clone(),
+                    name: c.name.clone(),
+                    source,
+                })?;
+        }
+        api.delete(&c.name, &DeleteParams::default().grace_period(0))
+            .await
+            .map_err(|source| GcError::Delete {
+                namespace: c.namespace.clone(),
+                name: c.name.clone(),
+                source,
+            })?;
+        Ok(())
+    }
+
+    async fn collect_one(&self, c: &Collect) {
+        let result = self.mark_failed_and_delete(c).await;
+        let labels = [c.namespace.as_str(), c.reason.label()];
+        if let Err(e) = result {
+            tracing::warn!("{e}");
+            metrics().errors.with_label_values(&labels).inc();
+        }
+        metrics().deleting.with_label_values(&labels).inc();
+    }
+
+    async fn collect_concurrently(&self, list: &[Collect]) {
+        futures::stream::iter(list)
+            .for_each_concurrent(None, |c| self.collect_one(c))
+            .await;
+    }
+
+    /// Moves nodes whose quarantine is over out of the queue and keeps those
+    /// a live GET confirms gone. None when the queue shut down.
+    async fn discover_deleted_nodes(
+        &self,
+        existing: &BTreeSet<String>,
+    ) -> Option<BTreeSet<String>> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let mut deleted = BTreeSet::new();
+        while !self.queue.is_empty() {
+            let name = self.queue.get().await?;
+            if !existing.contains(&name) {
+                match nodes.get_opt(&name).await {
+                    Ok(None) => {
+                        deleted.insert(name.clone());
+                    }
+                    Ok(Some(_)) => {}
+                    Err(e) => tracing::warn!(node = %name, "checking whether the node exists: {e}"),
+                }
+            }
+            self.queue.done(&name);
+        }
+        Some(deleted)
+    }
+
+    /// One GC run over a consistent snapshot of the caches.
+    pub async fn gc(&self) {
+        let pods = self.pods.store().list();
+        let nodes = self.nodes.store().list();
+        let now = Timestamp::now();
+        let plan = decide::decide(&pods, &nodes, now, self.config);
+        if !plan.terminated.is_empty() {
+            tracing::info!(count = plan.terminated.len(), "Garbage collecting pods");
+        }
+        self.collect_concurrently(&plan.terminated).await;
+        self.collect_concurrently(&plan.out_of_service).await;
+        for node in &plan.missing_nodes {
+            self.queue.add_after(node.clone(), self.quarantine);
+        }
+        let existing: BTreeSet<String> = nodes
+            .iter()
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        let Some(deleted) = self.discover_deleted_nodes(&existing).await else {
+            return;
+        };
+        for c in decide::decide_orphans(&pods, &deleted, now, self.config) {
+            self.collect_one(&c).await;
+        }
+        for c in &plan.unscheduled {
+            self.collect_one(c).await;
+        }
+    }
+
+    /// Waits for both caches, then runs `gc` at once and `period` after each
+    /// run finishes (upstream's sliding wait.Until), until `stop`.
+    pub async fn run(self, period: Duration, stop: tokio_util::sync::CancellationToken) {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = async { self.pods.wait_synced().await; self.nodes.wait_synced().await } => {}
+        }
+        loop {
+            self.gc().instrument(tracing::info_span!("podgc")).await;
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(period) => {}
+            }
+        }
+        self.queue.shutdown();
+    }
+}

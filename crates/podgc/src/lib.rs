@@ -1,0 +1,51 @@
+//! The pod garbage collector (KCM's `pod-garbage-collector-controller`):
+//! removes terminated pods over `--terminated-pod-gc-threshold`, terminating
+//! pods on out-of-service nodes, pods whose node is gone (after a quarantine
+//! and a live check, with `DisruptionTarget` reason `DeletionByPodGC`) and
+//! terminating pods that were never scheduled. Each non-terminal pod is
+//! patched to `Failed` before its force delete; a failed patch skips the
+//! delete.
+
+pub mod decide;
+pub mod gc;
+pub mod metrics;
+
+use kcm_features::Feature;
+use kcm_runtime::controller::{ControllerContext, ControllerSpec, Health, InitError, Started};
+use kcm_runtime::workqueue::{RateLimit, WorkQueue};
+
+/// KCM's name and alias for this controller.
+pub const SPEC: ControllerSpec = ControllerSpec {
+    name: "pod-garbage-collector-controller",
+    aliases: &["podgc"],
+    enabled_by_default: true,
+    init,
+};
+
+/// The user agent component KCM uses for this controller's client.
+const CLIENT_NAME: &str = "pod-garbage-collector";
+
+fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
+    let client = ctx.client(CLIENT_NAME)?;
+    let gc = gc::PodGc {
+        client,
+        pods: ctx.informers.informer(),
+        nodes: ctx.informers.informer(),
+        // Upstream's delaying queue of node names under quarantine.
+        queue: WorkQueue::new("orphaned_pods_nodes", RateLimit::default()),
+        config: decide::Config {
+            terminated_pod_threshold: ctx.settings.terminated_pod_gc_threshold,
+            disruption_conditions: ctx.features.enabled(Feature::PodDisruptionConditions),
+        },
+        quarantine: ctx.settings.pod_gc_quarantine,
+    };
+    metrics::metrics();
+    let health = Health::default();
+    health.set(true);
+    let period = ctx.settings.pod_gc_period;
+    let stop = ctx.stop.clone();
+    Ok(Started {
+        run: Box::pin(gc.run(period, stop)),
+        health,
+    })
+}

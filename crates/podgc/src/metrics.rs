@@ -1,0 +1,34 @@
+//! `pod_gc_collector_*` metrics with upstream names and labels.
+
+use std::sync::OnceLock;
+
+use prometheus::{IntCounterVec, Opts};
+
+pub struct Metrics {
+    /// `pod_gc_collector_force_delete_pods_total{namespace,reason}`.
+    pub deleting: IntCounterVec,
+    /// `pod_gc_collector_force_delete_pod_errors_total{namespace,reason}`.
+    pub errors: IntCounterVec,
+}
+
+pub fn metrics() -> &'static Metrics {
+    static M: OnceLock<Metrics> = OnceLock::new();
+    M.get_or_init(|| {
+        let counter = |name: &str, help: &str| {
+            kcm_runtime::metrics::register(
+                IntCounterVec::new(Opts::new(name, help), &["namespace", "reason"])
+                    .expect("constant metric definition is valid"),
+            )
+        };
+        Metrics {
+            deleting: counter(
+                "pod_gc_collector_force_delete_pods_total",
+                "Pods force-deleted by pod GC, by namespace and reason.",
+            ),
+            errors: counter(
+                "pod_gc_collector_force_delete_pod_errors_total",
+                "Errors while force-deleting pods in pod GC, by namespace and reason.",
+            ),
+        }
+    })
+}
