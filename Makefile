@@ -40,8 +40,9 @@ controlplane:
 
 ## bench: benchmarks (release builds); see e2e/src/bin/kcm-bench-*.rs.
 bench: controlplane
-	$(CARGO) build --release -p kcm-e2e --bins
+	$(CARGO) build --release -p kcm-rs -p kcm-e2e --bins
 	target/release/kcm-bench-sim
+	target/release/kcm-bench-idle
 
 fmt:
 	$(CARGO) fmt --all

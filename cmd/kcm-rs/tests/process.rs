@@ -290,6 +290,11 @@ async fn endpoints_serve_health_readiness_and_upstream_metric_families() {
     let health = wait_http(port, "/healthz?verbose", 200).await;
     assert!(health.contains("[+]ping ok"), "{health}");
     wait_http(port, "/readyz", 200).await;
+    let health = wait_http(port, "/healthz?verbose", 200).await;
+    assert!(
+        health.contains("[+]pod-garbage-collector-controller ok"),
+        "{health}"
+    );
     let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
     wait_holder(&leases, &ns.name, None, Duration::from_secs(20)).await;
     // Lease renewals go through the rate-limited client: give it one.
@@ -302,6 +307,13 @@ async fn endpoints_serve_health_readiness_and_upstream_metric_families() {
         "rest_client_rate_limiter_duration_seconds",
         "process_resident_memory_bytes",
         "process_cpu_seconds_total",
+        "workqueue_depth",
+        "workqueue_adds_total",
+        "workqueue_queue_duration_seconds",
+        "workqueue_work_duration_seconds",
+        "workqueue_unfinished_work_seconds",
+        "workqueue_longest_running_processor_seconds",
+        "workqueue_retries_total",
     ] {
         assert!(
             metrics.contains(&format!("# TYPE {family} ")),
@@ -312,6 +324,21 @@ async fn endpoints_serve_health_readiness_and_upstream_metric_families() {
         metrics.contains("rest_client_requests_total{code=\"200\",host=\"127.0.0.1"),
         "{metrics}"
     );
+    assert!(
+        metrics.contains("workqueue_depth{name=\"orphaned_pods_nodes\"}"),
+        "{metrics}"
+    );
+    let mut families: Vec<&str> = metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    families.sort_unstable();
+    eprintln!("metric families: {}", families.join(" "));
+    let (code, _) = http_get(port, "/healthz/pod-garbage-collector-controller")
+        .await
+        .expect("get");
+    assert_eq!(code, 200);
     let (code, _) = http_get(port, "/healthz/no-such-check").await.expect("get");
     assert_eq!(code, 404);
 }
