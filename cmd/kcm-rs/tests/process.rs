@@ -342,3 +342,42 @@ async fn endpoints_serve_health_readiness_and_upstream_metric_families() {
     let (code, _) = http_get(port, "/healthz/no-such-check").await.expect("get");
     assert_eq!(code, 404);
 }
+
+#[tokio::test]
+async fn losing_the_lease_exits_non_zero() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    let client = shared().client().await.expect("client");
+    let ns = TestNamespace::create(&client, "lost").await.expect("ns");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let port = free_port();
+    let mut p = start(&ns.name, port, &[]);
+    wait_holder(&leases, &ns.name, None, Duration::from_secs(20)).await;
+    // Another candidate takes the lease over (as after a long partition).
+    let mut lease = leases.get(&ns.name).await.expect("lease");
+    if let Some(spec) = lease.spec.as_mut() {
+        spec.holder_identity = Some("thief".into());
+        spec.lease_duration_seconds = Some(60);
+        spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+    }
+    leases
+        .replace(&ns.name, &Default::default(), &lease)
+        .await
+        .expect("steal");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = p.0.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "kept running without the lease"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(status.code(), Some(1), "{status}");
+    let log = std::fs::read_to_string(
+        std::env::temp_dir().join(format!("kcm-rs-{}-{port}.log", ns.name)),
+    )
+    .unwrap_or_default();
+    assert!(log.contains("leaderelection lost"), "{log}");
+}
