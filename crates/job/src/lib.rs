@@ -1,0 +1,3 @@
+//! The Job controller of kcm-rs (KCM's `job-controller`).
+
+pub mod pods;

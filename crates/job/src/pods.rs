@@ -1,0 +1,235 @@
+//! Constants of the batch/v1 API and the pod predicates every part of the
+//! Job controller shares (upstream: batch/v1 types.go, controller_utils.go,
+//! job_controller.go `isPodFailed`, indexed_job_utils.go annotation readers).
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+
+/// The finalizer that keeps a pod until the controller has counted it.
+pub const JOB_TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
+/// Annotation (read) and label (written) holding a pod's completion index.
+pub const JOB_COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+/// Failures of this index counted before this pod was created.
+pub const JOB_INDEX_FAILURE_COUNT: &str = "batch.kubernetes.io/job-index-failure-count";
+/// Ignored failures of this index before this pod was created.
+pub const JOB_INDEX_IGNORED_FAILURE_COUNT: &str =
+    "batch.kubernetes.io/job-index-ignored-failure-count";
+/// The `managedBy` value (or unset) that means "this controller".
+pub const JOB_CONTROLLER_NAME: &str = "kubernetes.io/job-controller";
+/// Env var carrying the completion index into Indexed pods.
+pub const JOB_COMPLETION_INDEX_ENV: &str = "JOB_COMPLETION_INDEX";
+
+/// Phase of a pod, "" when unset.
+pub fn phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+pub fn is_terminal(pod: &Pod) -> bool {
+    matches!(phase(pod), "Succeeded" | "Failed")
+}
+
+/// Not terminal and not being deleted.
+pub fn is_active(pod: &Pod) -> bool {
+    !is_terminal(pod) && pod.metadata.deletion_timestamp.is_none()
+}
+
+/// Not terminal and being deleted.
+pub fn is_terminating(pod: &Pod) -> bool {
+    !is_terminal(pod) && pod.metadata.deletion_timestamp.is_some()
+}
+
+/// The `Ready` condition is True.
+pub fn is_ready(pod: &Pod) -> bool {
+    kcm_conditions::pod::is_pod_ready(pod)
+}
+
+pub fn has_tracking_finalizer(pod: &Pod) -> bool {
+    pod.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == JOB_TRACKING_FINALIZER))
+}
+
+/// `podReplacementPolicy: Failed`: terminating pods are not failures until
+/// their phase is `Failed`.
+pub fn only_replace_failed_pods(job: &Job) -> bool {
+    job.spec
+        .as_ref()
+        .and_then(|s| s.pod_replacement_policy.as_deref())
+        == Some("Failed")
+}
+
+/// Upstream `isPodFailed`: phase `Failed`; or, unless the Job replaces only
+/// failed pods, a pod being deleted that did not succeed.
+pub fn is_pod_failed(pod: &Pod, job: &Job) -> bool {
+    if phase(pod) == "Failed" {
+        return true;
+    }
+    if only_replace_failed_pods(job) {
+        return false;
+    }
+    pod.metadata.deletion_timestamp.is_some() && phase(pod) != "Succeeded"
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+/// The completion index from the annotation (never the label); missing,
+/// unparsable or negative means unknown (`None`).
+pub fn completion_index(pod: &Pod) -> Option<i32> {
+    annotation(pod, JOB_COMPLETION_INDEX)?
+        .parse::<i32>()
+        .ok()
+        .filter(|i| *i >= 0)
+}
+
+/// A count annotation: missing → 0; unparsable, negative or above i32::MAX → 0.
+fn count_annotation(pod: &Pod, key: &str) -> i32 {
+    match annotation(pod, key) {
+        None => 0,
+        Some(v) => match v.parse::<i64>() {
+            Ok(n) if (0..=i64::from(i32::MAX)).contains(&n) => i32::try_from(n).unwrap_or(0),
+            _ => {
+                tracing::debug!(
+                    annotation = key,
+                    value = v,
+                    "invalid count annotation; using 0"
+                );
+                0
+            }
+        },
+    }
+}
+
+/// `batch.kubernetes.io/job-index-failure-count`.
+pub fn index_failure_count(pod: &Pod) -> i32 {
+    count_annotation(pod, JOB_INDEX_FAILURE_COUNT)
+}
+
+/// `batch.kubernetes.io/job-index-ignored-failure-count`.
+pub fn index_ignored_failure_count(pod: &Pod) -> i32 {
+    count_annotation(pod, JOB_INDEX_IGNORED_FAILURE_COUNT)
+}
+
+/// `spec.completions` as used by Indexed Jobs (0 when unset, which API
+/// validation forbids for Indexed).
+pub fn completions(job: &Job) -> i32 {
+    job.spec.as_ref().and_then(|s| s.completions).unwrap_or(0)
+}
+
+pub fn is_indexed(job: &Job) -> bool {
+    job.spec.as_ref().and_then(|s| s.completion_mode.as_deref()) == Some("Indexed")
+}
+
+/// A valid index for this Job: known and below completions.
+pub fn valid_index(pod: &Pod, job: &Job) -> Option<i32> {
+    completion_index(pod).filter(|i| *i < completions(job))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::batch::v1::JobSpec;
+    use k8s_openapi::api::core::v1::PodStatus;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+    use super::*;
+
+    fn pod(phase: &str, deleting: bool, ann: &[(&str, &str)]) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                deletion_timestamp: deleting.then(|| Time(jiff::Timestamp::UNIX_EPOCH)),
+                annotations: Some(
+                    ann.iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect::<BTreeMap<_, _>>(),
+                ),
+                ..Default::default()
+            },
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn job(policy: Option<&str>) -> Job {
+        Job {
+            spec: Some(JobSpec {
+                pod_replacement_policy: policy.map(str::to_string),
+                completions: Some(3),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn failed_pods_by_replacement_policy() {
+        assert!(is_pod_failed(
+            &pod("Failed", false, &[]),
+            &job(Some("Failed"))
+        ));
+        assert!(!is_pod_failed(
+            &pod("Running", true, &[]),
+            &job(Some("Failed"))
+        ));
+        assert!(is_pod_failed(
+            &pod("Running", true, &[]),
+            &job(Some("TerminatingOrFailed"))
+        ));
+        assert!(is_pod_failed(&pod("Pending", true, &[]), &job(None)));
+        assert!(!is_pod_failed(&pod("Succeeded", true, &[]), &job(None)));
+        assert!(!is_pod_failed(&pod("Running", false, &[]), &job(None)));
+    }
+
+    #[test]
+    fn indexes_and_counts_from_annotations() {
+        let j = job(None);
+        assert_eq!(
+            completion_index(&pod("Running", false, &[(JOB_COMPLETION_INDEX, "2")])),
+            Some(2)
+        );
+        assert_eq!(
+            valid_index(&pod("Running", false, &[(JOB_COMPLETION_INDEX, "3")]), &j),
+            None
+        );
+        for bad in ["-1", "x", "", "99999999999"] {
+            assert_eq!(
+                completion_index(&pod("Running", false, &[(JOB_COMPLETION_INDEX, bad)])),
+                None,
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            index_failure_count(&pod("Failed", false, &[(JOB_INDEX_FAILURE_COUNT, "4")])),
+            4
+        );
+        for bad in ["-1", "2147483648", "x"] {
+            assert_eq!(
+                index_failure_count(&pod("Failed", false, &[(JOB_INDEX_FAILURE_COUNT, bad)])),
+                0,
+                "{bad}"
+            );
+        }
+        assert_eq!(index_ignored_failure_count(&pod("Failed", false, &[])), 0);
+    }
+
+    #[test]
+    fn active_and_terminating() {
+        assert!(is_active(&pod("Running", false, &[])));
+        assert!(is_terminating(&pod("Running", true, &[])));
+        assert!(!is_terminating(&pod("Failed", true, &[])));
+        assert!(!is_active(&pod("Succeeded", false, &[])));
+    }
+}
