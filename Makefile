@@ -43,6 +43,7 @@ bench: controlplane
 	$(CARGO) build --release -p kcm-rs -p kcm-e2e --bins
 	target/release/kcm-bench-sim
 	target/release/kcm-bench-idle
+	target/release/kcm-bench-taint
 
 fmt:
 	$(CARGO) fmt --all

@@ -53,13 +53,12 @@ pub fn has_tracking_finalizer(pod: &Pod) -> bool {
         .is_some_and(|f| f.iter().any(|x| x == JOB_TRACKING_FINALIZER))
 }
 
-/// `podReplacementPolicy: Failed`: terminating pods are not failures until
-/// their phase is `Failed`.
+/// `podReplacementPolicy: Failed` (or, as in 1.34, any pod failure policy):
+/// terminating pods are not failures until their phase is `Failed`.
 pub fn only_replace_failed_pods(job: &Job) -> bool {
-    job.spec
-        .as_ref()
-        .and_then(|s| s.pod_replacement_policy.as_deref())
-        == Some("Failed")
+    let spec = job.spec.as_ref();
+    spec.and_then(|s| s.pod_replacement_policy.as_deref()) == Some("Failed")
+        || spec.is_some_and(|s| s.pod_failure_policy.is_some())
 }
 
 /// Upstream `isPodFailed`: phase `Failed`; or, unless the Job replaces only

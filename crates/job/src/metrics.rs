@@ -1,0 +1,83 @@
+//! `job_controller_*` metrics with upstream names, labels and buckets
+//! (pkg/controller/job/metrics/metrics.go).
+
+use std::sync::OnceLock;
+
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
+
+pub struct Metrics {
+    pub sync_duration: HistogramVec,
+    pub syncs: IntCounterVec,
+    pub jobs_finished: IntCounterVec,
+    pub jobs_by_external_controller: IntCounterVec,
+    pub pods_finished: IntCounterVec,
+    pub pod_failures_handled_by_failure_policy: IntCounterVec,
+    pub terminated_pods_tracking_finalizer: IntCounterVec,
+    pub finished_indexes: IntCounterVec,
+    pub pods_creation: IntCounterVec,
+}
+
+fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    kcm_runtime::metrics::register(
+        IntCounterVec::new(Opts::new(name, help), labels).expect("constant metric definition is valid"),
+    )
+}
+
+pub fn metrics() -> &'static Metrics {
+    static M: OnceLock<Metrics> = OnceLock::new();
+    M.get_or_init(|| {
+        // Upstream's buckets: 4 ms doubling 15 times (to about 65 s).
+        let buckets = prometheus::exponential_buckets(0.004, 2.0, 15).expect("constant buckets are valid");
+        let sync_duration = kcm_runtime::metrics::register(
+            HistogramVec::new(
+                HistogramOpts::new("job_controller_job_sync_duration_seconds", "The time it took to sync a job")
+                    .buckets(buckets),
+                &["completion_mode", "result", "action"],
+            )
+            .expect("constant metric definition is valid"),
+        );
+        Metrics {
+            sync_duration,
+            syncs: counter(
+                "job_controller_job_syncs_total",
+                "The number of job syncs",
+                &["completion_mode", "result", "action"],
+            ),
+            jobs_finished: counter(
+                "job_controller_jobs_finished_total",
+                "The number of finished jobs",
+                &["completion_mode", "result", "reason"],
+            ),
+            jobs_by_external_controller: counter(
+                "job_controller_jobs_by_external_controller_total",
+                "The number of Jobs managed by an external controller",
+                &["controller_name"],
+            ),
+            pods_finished: counter(
+                "job_controller_job_pods_finished_total",
+                "The number of finished Pods that are fully tracked",
+                &["completion_mode", "result"],
+            ),
+            pod_failures_handled_by_failure_policy: counter(
+                "job_controller_pod_failures_handled_by_failure_policy_total",
+                "The number of failed Pods handled by failure policy, by the action taken: FailJob, FailIndex, Ignore or Count.",
+                &["action"],
+            ),
+            terminated_pods_tracking_finalizer: counter(
+                "job_controller_terminated_pods_tracking_finalizer_total",
+                "The number of terminated pods (phase Failed or Succeeded) that carry the job tracking finalizer: event add when one appears, delete when one goes.",
+                &["event"],
+            ),
+            finished_indexes: counter(
+                "job_controller_job_finished_indexes_total",
+                "The number of finished indexes, by status (succeeded, failed) and backoffLimit (perIndex, global).",
+                &["status", "backoffLimit"],
+            ),
+            pods_creation: counter(
+                "job_controller_job_pods_creation_total",
+                "The number of Pods created by the Job controller, by reason (new, recreate_terminating_or_failed, recreate_failed) and status (succeeded, failed).",
+                &["reason", "status"],
+            ),
+        }
+    })
+}
