@@ -19,7 +19,8 @@ pub struct Metrics {
 
 fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     kcm_runtime::metrics::register(
-        IntCounterVec::new(Opts::new(name, help), labels).expect("constant metric definition is valid"),
+        IntCounterVec::new(Opts::new(name, help), labels)
+            .expect("constant metric definition is valid"),
     )
 }
 

@@ -146,7 +146,7 @@ mod tests {
     fn pod(phase: &str, deleting: bool, ann: &[(&str, &str)]) -> Pod {
         Pod {
             metadata: ObjectMeta {
-                deletion_timestamp: deleting.then(|| Time(jiff::Timestamp::UNIX_EPOCH)),
+                deletion_timestamp: deleting.then_some(Time(jiff::Timestamp::UNIX_EPOCH)),
                 annotations: Some(
                     ann.iter()
                         .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -1,0 +1,119 @@
+//! The order in which active pods are picked for deletion (upstream
+//! `controller.ActivePods` `Less` in `pkg/controller/controller_utils.go`,
+//! Kubernetes v1.34): pods that are "cheapest" to lose come first.
+
+use std::cmp::Ordering;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::backoff::{non_zero, sidecar_names};
+use crate::pods::{is_ready, phase};
+
+#[cfg(test)]
+mod tests;
+
+/// Compares two pods so that the pod to delete first sorts first. Criteria,
+/// in order, each deciding only when the pods differ on it:
+/// 1. unscheduled (`spec.nodeName` empty) before scheduled;
+/// 2. phase `Pending` < `Unknown` < `Running` (any other phase, including
+///    unset, ranks like `Pending`, as upstream's map lookup yields 0);
+/// 3. not ready before ready;
+/// 4. both ready: the one ready more recently first (a missing `Ready`
+///    transition time counts as the most recent);
+/// 5. higher maximum restart count of regular containers first; when equal,
+///    higher maximum restart count of restartable (sidecar) init containers
+///    first (other init containers never count);
+/// 6. newer `creationTimestamp` first (missing counts as newest).
+///
+/// Every criterion compares a key of each pod, so this is a total preorder:
+/// ties are `Equal` and it can be used with `sort_by` (upstream's sort is
+/// unstable, so any order among ties is faithful).
+pub fn active_pods_order(a: &Pod, b: &Pod) -> Ordering {
+    is_scheduled(a)
+        .cmp(&is_scheduled(b))
+        .then_with(|| phase_rank(a).cmp(&phase_rank(b)))
+        .then_with(|| is_ready(a).cmp(&is_ready(b)))
+        .then_with(|| {
+            if is_ready(a) && is_ready(b) {
+                latest_or_zero_first(ready_since(a), ready_since(b))
+            } else {
+                Ordering::Equal
+            }
+        })
+        .then_with(|| {
+            let (ra, rb) = (max_restarts(a), max_restarts(b));
+            // Reversed: more restarts sorts first.
+            rb.0.cmp(&ra.0).then(rb.1.cmp(&ra.1))
+        })
+        .then_with(|| {
+            latest_or_zero_first(
+                non_zero(a.metadata.creation_timestamp.as_ref()),
+                non_zero(b.metadata.creation_timestamp.as_ref()),
+            )
+        })
+}
+
+/// Sorts `pods` so the pods to delete first come first (stable).
+pub fn sort_active_pods(pods: &mut [&Pod]) {
+    pods.sort_by(|a, b| active_pods_order(a, b));
+}
+
+fn is_scheduled(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty())
+}
+
+fn phase_rank(pod: &Pod) -> u8 {
+    match phase(pod) {
+        "Unknown" => 1,
+        "Running" => 2,
+        _ => 0,
+    }
+}
+
+/// `lastTransitionTime` of the first `Ready=True` condition, `None` when
+/// unset (Go's zero time).
+fn ready_since(pod: &Pod) -> Option<Timestamp> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    let ready = conditions
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")?;
+    non_zero(ready.last_transition_time.as_ref())
+}
+
+/// Upstream `afterOrZero` as an ordering: a zero (missing) time first, then
+/// later times before earlier ones.
+fn latest_or_zero_first(a: Option<Timestamp>, b: Option<Timestamp>) -> Ordering {
+    match (a, b) {
+        (None, None) => Ordering::Equal,
+        (None, Some(_)) => Ordering::Less,
+        (Some(_), None) => Ordering::Greater,
+        (Some(a), Some(b)) => b.cmp(&a),
+    }
+}
+
+/// (max restart count of regular containers, max of sidecar init containers).
+fn max_restarts(pod: &Pod) -> (i32, i32) {
+    let Some(status) = pod.status.as_ref() else {
+        return (0, 0);
+    };
+    // Go starts the maxima at 0, so negative counts never win.
+    let regular = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .map(|c| c.restart_count)
+        .fold(0, i32::max);
+    let sidecars = sidecar_names(pod);
+    let sidecar = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .filter(|c| sidecars.contains(c.name.as_str()))
+        .map(|c| c.restart_count)
+        .fold(0, i32::max);
+    (regular, sidecar)
+}

@@ -1,0 +1,259 @@
+//! Matching failed pods against a Job's `spec.podFailurePolicy` (KEP-3329).
+//!
+//! Upstream: `pkg/controller/job/pod_failure_policy.go` (`matchPodFailurePolicy`)
+//! and `job_controller.go` (`getFailJobMessage`), Kubernetes v1.34.
+//!
+//! Everything here is pure: no clock, no API calls, no shared state.
+
+use std::fmt;
+
+use k8s_openapi::api::batch::v1::{
+    Job, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement,
+    PodFailurePolicyOnPodConditionsPattern,
+};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition};
+
+use crate::pods::is_pod_failed;
+
+#[cfg(test)]
+mod tests;
+
+/// The action of a pod failure policy rule (`PodFailurePolicyAction`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Mark the Job failed (interim `FailureTarget`, reason `PodFailurePolicy`).
+    FailJob,
+    /// Mark the pod's completion index failed (only meaningful with
+    /// `backoffLimitPerIndex`).
+    FailIndex,
+    /// Do not count the failure towards any back-off limit.
+    Ignore,
+    /// Count the failure as usual (explicitly matched).
+    Count,
+}
+
+impl Action {
+    /// The API spelling, also the `action` label of the
+    /// `job_controller_pod_failures_handled_by_failure_policy_total` metric.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Action::FailJob => "FailJob",
+            Action::FailIndex => "FailIndex",
+            Action::Ignore => "Ignore",
+            Action::Count => "Count",
+        }
+    }
+
+    /// Parses the API spelling (case-sensitive). Unknown values are `None`:
+    /// the API reserves the right to add actions and clients must skip rules
+    /// whose action they do not know.
+    pub fn from_api(value: &str) -> Option<Action> {
+        match value {
+            "FailJob" => Some(Action::FailJob),
+            "FailIndex" => Some(Action::FailIndex),
+            "Ignore" => Some(Action::Ignore),
+            "Count" => Some(Action::Count),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The outcome of matching one failed pod against a pod failure policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyMatch {
+    /// Set only when a `FailJob` rule decided; becomes the message of the
+    /// `FailureTarget`/`Failed` conditions.
+    pub fail_job_message: Option<String>,
+    /// Whether the failure counts towards `backoffLimit` (and
+    /// `backoffLimitPerIndex`); false only for `Ignore`.
+    pub counts_towards_backoff: bool,
+    /// The action of the deciding rule; `None` when no rule decided (default
+    /// handling, which counts the failure but is not labelled in metrics).
+    pub action: Option<Action>,
+}
+
+impl PolicyMatch {
+    /// No policy, or no rule decided: count the failure, no action.
+    pub const fn unmatched() -> PolicyMatch {
+        PolicyMatch {
+            fail_job_message: None,
+            counts_towards_backoff: true,
+            action: None,
+        }
+    }
+
+    fn decided(action: Action, fail_job_message: Option<String>) -> PolicyMatch {
+        PolicyMatch {
+            fail_job_message,
+            counts_towards_backoff: action != Action::Ignore,
+            action: Some(action),
+        }
+    }
+}
+
+/// The policy the controller must apply for `job`: `spec.podFailurePolicy`
+/// when the `JobPodFailurePolicy` gate is on, otherwise none at all (with the
+/// gate off upstream ignored the field entirely).
+pub fn effective_policy(job: &Job, gate_enabled: bool) -> Option<&PodFailurePolicy> {
+    if !gate_enabled {
+        return None;
+    }
+    job.spec.as_ref()?.pod_failure_policy.as_ref()
+}
+
+/// Matches a failed pod against `policy` (upstream `matchPodFailurePolicy`).
+///
+/// Rules are tried in order; the first rule that matches the pod *and* has a
+/// known action decides. A rule with an unknown action is skipped even when
+/// it matches. A rule uses `onExitCodes` when present, otherwise
+/// `onPodConditions`; a rule with neither never matches.
+///
+/// `FailIndex` is returned whether or not the Job sets
+/// `backoffLimitPerIndex`: API validation forbids that combination, and
+/// upstream's matcher (with the `JobBackoffLimitPerIndex` gate GA and locked
+/// on in 1.34) does not look at the Job either; callers only treat it
+/// specially when per-index back-off is in use, so otherwise it behaves like
+/// `Count` (but is still reported as `FailIndex` in the metric).
+///
+/// The caller is expected to pass a pod that is already known to be failed;
+/// this function does not check the pod's phase.
+pub fn match_pod_failure_policy(policy: Option<&PodFailurePolicy>, pod: &Pod) -> PolicyMatch {
+    let Some(policy) = policy else {
+        return PolicyMatch::unmatched();
+    };
+    for (index, rule) in policy.rules.iter().enumerate() {
+        let matched = if let Some(requirement) = &rule.on_exit_codes {
+            match_on_exit_codes(pod, requirement).map(|(container, exit_code)| Matched::ExitCode {
+                container,
+                exit_code,
+            })
+        } else if let Some(patterns) = &rule.on_pod_conditions {
+            match_on_pod_conditions(pod, patterns).map(|c| Matched::Condition(&c.type_))
+        } else {
+            None
+        };
+        let Some(matched) = matched else {
+            continue;
+        };
+        // Unknown actions: skip the rule, as the API documents for clients.
+        let Some(action) = Action::from_api(&rule.action) else {
+            continue;
+        };
+        let message = (action == Action::FailJob).then(|| matched.fail_job_message(pod, index));
+        return PolicyMatch::decided(action, message);
+    }
+    PolicyMatch::unmatched()
+}
+
+/// The `FailJob` message of the first pod in `pods` (in the given order) that
+/// is failed (`is_pod_failed`) and matches a `FailJob` rule (upstream
+/// `getFailJobMessage`). `None` when the Job has no effective policy.
+///
+/// "Failed" is [`is_pod_failed`], which in 1.34 never counts a terminating
+/// (not yet `Failed`) pod of a Job that has a pod failure policy.
+///
+/// `gate_enabled` is the state of the `JobPodFailurePolicy` feature gate.
+pub fn get_fail_job_message(job: &Job, pods: &[&Pod], gate_enabled: bool) -> Option<String> {
+    let policy = effective_policy(job, gate_enabled)?;
+    pods.iter()
+        .filter(|pod| is_pod_failed(pod, job))
+        .find_map(|pod| match_pod_failure_policy(Some(policy), pod).fail_job_message)
+}
+
+/// What made a rule match, kept for the `FailJob` message.
+enum Matched<'a> {
+    ExitCode { container: &'a str, exit_code: i32 },
+    Condition(&'a str),
+}
+
+impl Matched<'_> {
+    fn fail_job_message(&self, pod: &Pod, rule_index: usize) -> String {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
+        let name = pod.metadata.name.as_deref().unwrap_or("");
+        match self {
+            Matched::ExitCode {
+                container,
+                exit_code,
+            } => format!(
+                "Container {container} for pod {namespace}/{name} failed with exit code \
+                 {exit_code} matching FailJob rule at index {rule_index}"
+            ),
+            Matched::Condition(condition_type) => format!(
+                "Pod {namespace}/{name} has condition {condition_type} matching FailJob rule \
+                 at index {rule_index}"
+            ),
+        }
+    }
+}
+
+/// The first terminated container (regular containers first, then init
+/// containers) whose exit code satisfies `requirement`: its name and exit code.
+fn match_on_exit_codes<'a>(
+    pod: &'a Pod,
+    requirement: &PodFailurePolicyOnExitCodesRequirement,
+) -> Option<(&'a str, i32)> {
+    let status = pod.status.as_ref()?;
+    [&status.container_statuses, &status.init_container_statuses]
+        .into_iter()
+        .flatten()
+        .flatten()
+        .find_map(|cs| match_container(cs, requirement))
+}
+
+fn match_container<'a>(
+    cs: &'a ContainerStatus,
+    requirement: &PodFailurePolicyOnExitCodesRequirement,
+) -> Option<(&'a str, i32)> {
+    // Only the current state counts; a container still terminating (or
+    // restarted, with the exit code only in lastState) has no exit code yet.
+    let terminated = cs.state.as_ref()?.terminated.as_ref()?;
+    if requirement
+        .container_name
+        .as_ref()
+        .is_some_and(|name| *name != cs.name)
+    {
+        return None;
+    }
+    // Successful containers never match, whatever the operator (so
+    // `NotIn [x]` does not fire for sidecars that exited cleanly).
+    if terminated.exit_code == 0 {
+        return None;
+    }
+    operator_matches(terminated.exit_code, requirement).then_some((&cs.name, terminated.exit_code))
+}
+
+/// `In` / `NotIn`; any other operator never matches (the API reserves new
+/// operators and clients must treat unknown ones as unsatisfied).
+fn operator_matches(exit_code: i32, requirement: &PodFailurePolicyOnExitCodesRequirement) -> bool {
+    match requirement.operator.as_str() {
+        "In" => requirement.values.contains(&exit_code),
+        "NotIn" => !requirement.values.contains(&exit_code),
+        _ => false,
+    }
+}
+
+/// The first pod condition (in the pod's order) matched by any pattern.
+fn match_on_pod_conditions<'a>(
+    pod: &'a Pod,
+    patterns: &[PodFailurePolicyOnPodConditionsPattern],
+) -> Option<&'a PodCondition> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    conditions.iter().find(|condition| {
+        patterns.iter().any(|pattern| {
+            // API defaulting sets a missing pattern status to "True"; apply
+            // the same default for objects that bypassed defaulting.
+            let want_status = if pattern.status.is_empty() {
+                "True"
+            } else {
+                pattern.status.as_str()
+            };
+            condition.type_ == pattern.type_ && condition.status == want_status
+        })
+    })
+}

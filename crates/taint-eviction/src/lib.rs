@@ -1,0 +1,137 @@
+//! The taint-eviction controller (KCM `taint-eviction-controller`, the
+//! NoExecute taint manager of pkg/controller/tainteviction, 1.34).
+//!
+//! Pods bound to a node with `NoExecute` taints they do not tolerate are
+//! deleted at once; pods tolerating them for `tolerationSeconds` are deleted
+//! when the shortest such toleration runs out (counted from when this
+//! controller first saw them tolerating); pods tolerating them forever stay.
+//! Before deleting, the pod gets `DisruptionTarget=True` (reason
+//! `DeletionByTaintManager`) unless `PodDisruptionConditions` is off.
+//!
+//! Layout: [`decide`] is pure; [`handlers`] turn informer events into work
+//! items; [`workers`] shard them by node as upstream does; [`manager`] keeps
+//! the tainted nodes and applies decisions to the [`timed_queue`] of
+//! scheduled evictions; [`evict`] performs a fired eviction.
+
+pub mod decide;
+pub mod events;
+pub mod evict;
+pub mod handlers;
+pub mod manager;
+pub mod metrics;
+pub mod timed_queue;
+pub mod workers;
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kcm_features::Feature;
+use kcm_runtime::controller::{
+    ControllerContext, ControllerSpec, Health, InitError, RunFuture, Started,
+};
+use kcm_runtime::events::Recorder;
+use kcm_runtime::informer::{BY_NODE_NAME, Informer, pod_node_index};
+use kcm_runtime::workqueue::{RateLimit, WorkQueue};
+use tokio_util::sync::CancellationToken;
+
+pub use crate::decide::{Decision, decide};
+pub use crate::events::EvictionEvents;
+pub use crate::evict::{EvictError, Evictor, Outcome};
+pub use crate::manager::{Cache, InformerCache, PodItem, TaintManager};
+pub use crate::timed_queue::{TimedQueue, WorkArgs, WorkFn};
+
+/// KCM's name for this controller; also its event source and client name.
+pub const NAME: &str = "taint-eviction-controller";
+
+/// Work-queue names (metric label `name`), as upstream.
+pub const NODE_QUEUE: &str = "noexec_taint_node";
+pub const POD_QUEUE: &str = "noexec_taint_pod";
+
+/// The registry entry: on by default, no aliases (as KCM).
+pub const SPEC: ControllerSpec = ControllerSpec {
+    name: NAME,
+    aliases: &[],
+    enabled_by_default: true,
+    init,
+};
+
+/// Takes the pod (indexed by node) and node informers, registers the
+/// handlers and returns the workers. Must run inside a tokio runtime.
+fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
+    let client = ctx.client(NAME)?;
+    let pods = ctx.informers.informer::<Pod>();
+    pods.add_index(BY_NODE_NAME, pod_node_index());
+    let nodes = ctx.informers.informer::<Node>();
+    metrics::metrics();
+
+    let events: Arc<dyn EvictionEvents> = Arc::new(Recorder::new(client.clone(), NAME));
+    let evictor = Evictor::new(
+        client,
+        Arc::clone(&events),
+        ctx.features.enabled(Feature::PodDisruptionConditions),
+    );
+    let work: WorkFn = Arc::new(move |args, fire_at| {
+        let evictor = evictor.clone();
+        Box::pin(async move {
+            // Failures are logged inside; the eviction is then dropped.
+            let _ = evictor.evict(args, fire_at).await;
+        })
+    });
+    let cache = Arc::new(InformerCache {
+        pods: Arc::clone(&pods),
+        nodes: Arc::clone(&nodes),
+    });
+    let manager = Arc::new(TaintManager::new(cache, TimedQueue::new(work), events));
+
+    // Plain de-duplicating queues: nothing is retried through them.
+    let node_queue = WorkQueue::new(NODE_QUEUE, RateLimit::controller_default());
+    let pod_queue = WorkQueue::new(POD_QUEUE, RateLimit::controller_default());
+    handlers::register(&pods, &nodes, pod_queue.clone(), node_queue.clone());
+
+    let health = Health::default();
+    health.set(true);
+    let run: RunFuture = Box::pin(run(
+        pods,
+        nodes,
+        manager,
+        node_queue,
+        pod_queue,
+        ctx.stop.clone(),
+    ));
+    Ok(Started { run, health })
+}
+
+/// Waits for both caches, runs the workers until `stop`, then stops the
+/// pending evictions and waits for the running ones.
+async fn run(
+    pods: Arc<Informer<Pod>>,
+    nodes: Arc<Informer<Node>>,
+    manager: Arc<TaintManager>,
+    node_queue: WorkQueue<String>,
+    pod_queue: WorkQueue<PodItem>,
+    stop: CancellationToken,
+) {
+    tracing::info!(controller = NAME, "starting");
+    let synced = async {
+        pods.wait_synced().await;
+        nodes.wait_synced().await;
+    };
+    let stopped = tokio::select! {
+        () = stop.cancelled() => true,
+        () = synced => false,
+    };
+    if !stopped {
+        workers::run(
+            Arc::clone(&manager),
+            node_queue.clone(),
+            pod_queue.clone(),
+            stop,
+        )
+        .await;
+    }
+    node_queue.shutdown();
+    pod_queue.shutdown();
+    manager.evictions().shutdown();
+    manager.evictions().wait().await;
+    tracing::info!(controller = NAME, "shut down");
+}
