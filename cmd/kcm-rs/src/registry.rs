@@ -3,4 +3,4 @@
 
 use kcm_runtime::controller::ControllerSpec;
 
-pub const REGISTRY: &[ControllerSpec] = &[kcm_podgc::SPEC, kcm_taint_eviction::SPEC];
+pub const REGISTRY: &[ControllerSpec] = &[kcm_job::SPEC, kcm_podgc::SPEC, kcm_taint_eviction::SPEC];

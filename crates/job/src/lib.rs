@@ -2,8 +2,67 @@
 
 pub mod active_pods;
 pub mod backoff;
+pub mod controller;
 pub mod indexes;
 pub mod metrics;
 pub mod pod_failure_policy;
 pub mod pods;
+pub mod selector;
 pub mod success_policy;
+pub mod sync;
+
+use std::sync::Arc;
+
+use kcm_features::Feature;
+use kcm_runtime::controller::{ControllerContext, ControllerSpec, Health, InitError, Started};
+use kcm_runtime::events::Recorder;
+use kcm_runtime::expectations::{ControllerExpectations, UidTrackingExpectations};
+use kcm_runtime::informer::{
+    BY_CONTROLLER_UID, BY_NAMESPACE, controller_uid_index, namespace_index,
+};
+use kcm_runtime::workqueue::{RateLimit, WorkQueue};
+
+/// KCM's name and alias for this controller.
+pub const SPEC: ControllerSpec = ControllerSpec {
+    name: "job-controller",
+    aliases: &["job"],
+    enabled_by_default: true,
+    init,
+};
+
+/// The client and event source name KCM uses.
+const NAME: &str = "job-controller";
+
+fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
+    let client = ctx.client(NAME)?;
+    let jobs = ctx.informers.informer();
+    jobs.add_index(BY_NAMESPACE, namespace_index());
+    let pods = ctx.informers.informer();
+    pods.add_index(BY_CONTROLLER_UID, controller_uid_index());
+    pods.add_index(BY_NAMESPACE, namespace_index());
+    let rate = RateLimit::per_key(controller::JOB_API_BACKOFF, controller::MAX_JOB_API_BACKOFF);
+    let jc = Arc::new(controller::JobController {
+        recorder: Recorder::new(client.clone(), NAME),
+        client,
+        jobs,
+        pods,
+        queue: WorkQueue::new("job", rate),
+        orphan_queue: WorkQueue::new("job_orphan_pod", rate),
+        expectations: ControllerExpectations::new(),
+        finalizer_expectations: UidTrackingExpectations::new(),
+        finished_jobs: Default::default(),
+        backoff: backoff::BackoffStore::new(),
+        config: sync::Config {
+            pod_failure_policy: ctx.features.enabled(Feature::JobPodFailurePolicy),
+        },
+    });
+    jc.register();
+    metrics::metrics();
+    let health = Health::default();
+    health.set(true);
+    let workers = ctx.settings.concurrent_job_syncs;
+    Ok(Started {
+        run: Box::pin(jc.run(workers, ctx.stop.clone())),
+        health,
+    })
+}

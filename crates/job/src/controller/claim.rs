@@ -1,0 +1,120 @@
+//! Claiming pods for a Job (upstream getPodsForJob / ClaimPods): keep owned
+//! pods that match, release owned pods that stopped matching, adopt
+//! matching orphans (after a live check that the Job still exists).
+
+use std::sync::Arc;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kcm_runtime::informer::{BY_CONTROLLER_UID, BY_NAMESPACE};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+use super::JobController;
+use super::handlers::controller_of;
+use crate::pods::JOB_TRACKING_FINALIZER;
+use crate::selector;
+
+fn is_404_or_422(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404 || s.code == 422)
+}
+
+impl JobController {
+    /// The Job's pods; errors of adoption or release are returned after the
+    /// claimed list is complete (the sync then fails and retries).
+    pub(super) async fn pods_for_job(&self, job: &Job) -> (Vec<Arc<Pod>>, Option<kube::Error>) {
+        let ns = job.metadata.namespace.clone().unwrap_or_default();
+        let uid = job.metadata.uid.clone().unwrap_or_default();
+        let sel = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.clone())
+            .unwrap_or_default();
+        let deleting = job.metadata.deletion_timestamp.is_some();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let mut claimed = Vec::new();
+        let mut error = None;
+        for pod in self.pods.store().by_index(BY_CONTROLLER_UID, &uid) {
+            if pod.metadata.namespace.as_deref() != Some(ns.as_str()) {
+                continue;
+            }
+            if selector::matches(&sel, pod.metadata.labels.as_ref()) {
+                claimed.push(pod);
+            } else if !deleting {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                let patch = json!({
+                    "metadata": {
+                        "uid": pod.metadata.uid,
+                        "ownerReferences": [{ "$patch": "delete", "uid": uid }],
+                        "$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER],
+                    }
+                });
+                if let Err(e) = api
+                    .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
+                    .await
+                    && !is_404_or_422(&e)
+                {
+                    error = Some(e);
+                }
+            }
+        }
+        if deleting {
+            return (claimed, error);
+        }
+        let mut checked = false;
+        for pod in self.pods.store().by_index(BY_NAMESPACE, &ns) {
+            if controller_of(&pod).is_some()
+                || pod.metadata.deletion_timestamp.is_some()
+                || !selector::matches(&sel, pod.metadata.labels.as_ref())
+            {
+                continue;
+            }
+            if !checked {
+                // A live read: never adopt for a Job that was deleted or
+                // replaced under the same name.
+                let jobs: Api<Job> = Api::namespaced(self.client.clone(), &ns);
+                match jobs
+                    .get_opt(job.metadata.name.as_deref().unwrap_or(""))
+                    .await
+                {
+                    Ok(Some(fresh))
+                        if fresh.metadata.uid.as_deref() == Some(uid.as_str())
+                            && fresh.metadata.deletion_timestamp.is_none() => {}
+                    Ok(_) => return (claimed, error),
+                    Err(e) => return (claimed, Some(e)),
+                }
+                checked = true;
+            }
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let patch = json!({
+                "metadata": {
+                    "uid": pod.metadata.uid,
+                    "ownerReferences": [{
+                        "apiVersion": "batch/v1", "kind": "Job",
+                        "name": job.metadata.name, "uid": uid,
+                        "controller": true, "blockOwnerDeletion": true
+                    }],
+                    "finalizers": [JOB_TRACKING_FINALIZER],
+                }
+            });
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
+                .await
+            {
+                Ok(_) => {
+                    // Treat it as tracked for the rest of this sync.
+                    let mut p = (*pod).clone();
+                    p.metadata
+                        .finalizers
+                        .get_or_insert_with(Vec::new)
+                        .push(JOB_TRACKING_FINALIZER.into());
+                    claimed.push(Arc::new(p));
+                }
+                Err(e) if is_404_or_422(&e) => {}
+                Err(e) => error = Some(e),
+            }
+        }
+        (claimed, error)
+    }
+}

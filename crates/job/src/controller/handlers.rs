@@ -1,0 +1,286 @@
+//! Informer event handlers (upstream addPod/updatePod/deletePod,
+//! addJob/updateJob/deleteJob): they only map changes to queue keys and
+//! expectation observations.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kcm_runtime::informer::{BY_NAMESPACE, Change, object_key};
+
+use super::{JobController, OrphanKey, SYNC_JOB_BATCH_PERIOD};
+use crate::metrics::metrics;
+use crate::pods::{JOB_CONTROLLER_NAME, has_tracking_finalizer, is_terminal};
+use crate::selector;
+
+pub fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
+    pod.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.controller == Some(true))
+}
+
+/// Complete=True or Failed=True.
+pub fn is_finished(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+        })
+}
+
+/// The foreign controller named in `spec.managedBy`, if any.
+pub fn managed_by_other(job: &Job) -> Option<&str> {
+    job.spec
+        .as_ref()
+        .and_then(|s| s.managed_by.as_deref())
+        .filter(|m| *m != JOB_CONTROLLER_NAME)
+}
+
+fn terminal_with_finalizer(p: Option<&Pod>) -> bool {
+    p.is_some_and(|p| is_terminal(p) && has_tracking_finalizer(p))
+}
+
+fn record_tracking_finalizer(old: Option<&Pod>, new: Option<&Pod>) {
+    match (terminal_with_finalizer(old), terminal_with_finalizer(new)) {
+        (false, true) => metrics()
+            .terminated_pods_tracking_finalizer
+            .with_label_values(&["add"])
+            .inc(),
+        (true, false) => metrics()
+            .terminated_pods_tracking_finalizer
+            .with_label_values(&["delete"])
+            .inc(),
+        _ => {}
+    }
+}
+
+impl JobController {
+    fn resolve(&self, namespace: &str, r: &OwnerReference) -> Option<Arc<Job>> {
+        if r.kind != "Job" {
+            return None;
+        }
+        self.jobs
+            .store()
+            .get(&format!("{namespace}/{}", r.name))
+            .filter(|j| j.metadata.uid.as_deref() == Some(r.uid.as_str()))
+    }
+
+    fn enqueue_after(&self, job: &Job, delay: Duration) {
+        self.queue.add_after(object_key(job), delay);
+    }
+
+    fn enqueue_orphan(&self, pod: &Pod) {
+        self.orphan_queue.add(OrphanKey::Name {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+        });
+    }
+
+    pub(super) fn enqueue_selector(&self, job: &Job) {
+        let selector = job
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.clone())
+            .unwrap_or_default();
+        self.orphan_queue.add(OrphanKey::Selector {
+            namespace: job.metadata.namespace.clone().unwrap_or_default(),
+            selector: serde_json::to_string(&selector).unwrap_or_default(),
+        });
+    }
+
+    /// Jobs in the pod's namespace whose non-empty selector matches it.
+    fn pod_jobs(&self, pod: &Pod) -> Vec<Arc<Job>> {
+        if pod.metadata.labels.as_ref().is_none_or(|l| l.is_empty()) {
+            return Vec::new();
+        }
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        let jobs: Vec<Arc<Job>> = self
+            .jobs
+            .store()
+            .by_index(BY_NAMESPACE, ns)
+            .into_iter()
+            .filter(|j| {
+                j.spec
+                    .as_ref()
+                    .and_then(|s| s.selector.as_ref())
+                    .is_some_and(|s| {
+                        !selector::is_empty(s) && selector::matches(s, pod.metadata.labels.as_ref())
+                    })
+            })
+            .collect();
+        if jobs.len() > 1 {
+            tracing::warn!(pod = %object_key(pod), "user error! more than one job is selecting pods with labels");
+        }
+        jobs
+    }
+
+    fn add_pod(&self, pod: &Pod) {
+        record_tracking_finalizer(None, Some(pod));
+        if pod.metadata.deletion_timestamp.is_some() {
+            self.delete_pod(pod, false);
+            return;
+        }
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        if let Some(r) = controller_of(pod) {
+            if let Some(job) = self.resolve(ns, r) {
+                self.expectations
+                    .creation_observed(&object_key(job.as_ref()));
+                self.enqueue_after(&job, SYNC_JOB_BATCH_PERIOD);
+            }
+            return;
+        }
+        if has_tracking_finalizer(pod) {
+            self.enqueue_orphan(pod);
+        }
+        for job in self.pod_jobs(pod) {
+            self.enqueue_after(&job, SYNC_JOB_BATCH_PERIOD);
+        }
+    }
+
+    fn update_pod(&self, old: &Pod, cur: &Pod) {
+        record_tracking_finalizer(Some(old), Some(cur));
+        if cur.metadata.resource_version == old.metadata.resource_version {
+            return;
+        }
+        if cur.metadata.deletion_timestamp.is_some() {
+            self.delete_pod(cur, false);
+            return;
+        }
+        let ns = cur.metadata.namespace.as_deref().unwrap_or("");
+        let uid = cur.metadata.uid.as_deref().unwrap_or("");
+        let finalizer_removed = !has_tracking_finalizer(cur);
+        let (cur_ref, old_ref) = (controller_of(cur), controller_of(old));
+        let ref_changed = cur_ref != old_ref;
+        if ref_changed
+            && let Some(r) = old_ref
+            && let Some(job) = self.resolve(ns, r)
+        {
+            if finalizer_removed {
+                self.finalizer_expectations
+                    .finalizer_removal_observed(&object_key(job.as_ref()), uid);
+            }
+            self.enqueue_after(&job, SYNC_JOB_BATCH_PERIOD);
+        }
+        if let Some(r) = cur_ref {
+            if let Some(job) = self.resolve(ns, r) {
+                if finalizer_removed {
+                    self.finalizer_expectations
+                        .finalizer_removal_observed(&object_key(job.as_ref()), uid);
+                }
+                self.enqueue_after(&job, SYNC_JOB_BATCH_PERIOD);
+            }
+            return;
+        }
+        if has_tracking_finalizer(cur) {
+            self.enqueue_orphan(cur);
+        }
+        if cur.metadata.labels != old.metadata.labels || ref_changed {
+            for job in self.pod_jobs(cur) {
+                self.enqueue_after(&job, SYNC_JOB_BATCH_PERIOD);
+            }
+        }
+    }
+
+    fn delete_pod(&self, pod: &Pod, last: bool) {
+        if last {
+            record_tracking_finalizer(Some(pod), None);
+        }
+        let has_finalizer = has_tracking_finalizer(pod);
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        let Some(r) = controller_of(pod) else {
+            if has_finalizer {
+                self.enqueue_orphan(pod);
+            }
+            return;
+        };
+        let Some(job) = self.resolve(ns, r).filter(|j| !is_finished(j)) else {
+            if has_finalizer {
+                self.enqueue_orphan(pod);
+            }
+            return;
+        };
+        let key = object_key(job.as_ref());
+        self.expectations.deletion_observed(&key);
+        if last || !has_finalizer {
+            self.finalizer_expectations
+                .finalizer_removal_observed(&key, pod.metadata.uid.as_deref().unwrap_or(""));
+        }
+        self.enqueue_after(&job, SYNC_JOB_BATCH_PERIOD);
+    }
+
+    fn add_job(&self, job: &Job) {
+        self.enqueue_after(job, Duration::ZERO);
+        if let Some(name) = managed_by_other(job) {
+            metrics()
+                .jobs_by_external_controller
+                .with_label_values(&[name])
+                .inc();
+        }
+    }
+
+    fn update_job(&self, old: &Job, cur: &Job) {
+        if is_finished(cur) {
+            self.enqueue_selector(cur);
+            return;
+        }
+        if cur.metadata.generation == old.metadata.generation {
+            self.enqueue_after(cur, SYNC_JOB_BATCH_PERIOD);
+        } else {
+            self.enqueue_after(cur, Duration::ZERO);
+        }
+        let start = cur.status.as_ref().and_then(|s| s.start_time.as_ref());
+        let cur_ads = cur.spec.as_ref().and_then(|s| s.active_deadline_seconds);
+        let old_ads = old.spec.as_ref().and_then(|s| s.active_deadline_seconds);
+        if let (Some(start), Some(ads)) = (start, cur_ads)
+            && old_ads != Some(ads)
+        {
+            let passed = jiff::Timestamp::now()
+                .duration_since(start.0)
+                .as_secs_f64()
+                .max(0.0);
+            let left = (ads as f64 - passed).max(0.0);
+            self.enqueue_after(
+                cur,
+                Duration::try_from_secs_f64(left).unwrap_or(Duration::ZERO),
+            );
+        }
+    }
+
+    fn delete_job(&self, job: &Job) {
+        self.enqueue_after(job, Duration::ZERO);
+        if let Some(uid) = job.metadata.uid.as_ref() {
+            self.finished_jobs.lock().remove(uid);
+        }
+        self.enqueue_selector(job);
+        self.backoff.remove(&object_key(job));
+    }
+
+    /// Registers the handlers on the shared informers. They hold a weak
+    /// reference so a stopped controller can be dropped.
+    pub fn register(self: &Arc<Self>) {
+        let me: Weak<Self> = Arc::downgrade(self);
+        self.pods.add_handler(Arc::new(move |c: &Change<Pod>| {
+            let Some(me) = me.upgrade() else { return };
+            match c {
+                Change::Added(p) => me.add_pod(p),
+                Change::Updated { old, new } => me.update_pod(old, new),
+                Change::Deleted(p) => me.delete_pod(p, true),
+            }
+        }));
+        let me: Weak<Self> = Arc::downgrade(self);
+        self.jobs.add_handler(Arc::new(move |c: &Change<Job>| {
+            let Some(me) = me.upgrade() else { return };
+            match c {
+                Change::Added(j) => me.add_job(j),
+                Change::Updated { old, new } => me.update_job(old, new),
+                Change::Deleted(j) => me.delete_job(j),
+            }
+        }));
+    }
+}

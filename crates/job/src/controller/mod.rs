@@ -1,0 +1,130 @@
+//! The Job controller's wiring: informers, event handlers, the `job` and
+//! `job_orphan_pod` queues, expectations, and the workers that run syncs.
+
+mod claim;
+mod handlers;
+mod orphans;
+mod sync_job;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kcm_runtime::events::{EventType, Recorder};
+use kcm_runtime::expectations::{ControllerExpectations, UidTrackingExpectations};
+use kcm_runtime::informer::Informer;
+use kcm_runtime::workqueue::WorkQueue;
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::BackoffStore;
+use crate::sync::Config;
+
+/// Pod events are batched: a Job syncs at most once per this period for
+/// them (upstream SyncJobBatchPeriod).
+pub const SYNC_JOB_BATCH_PERIOD: Duration = Duration::from_secs(1);
+/// Per-key retry back-off of both queues (upstream DefaultJobApiBackOff,
+/// MaxJobApiBackOff).
+pub const JOB_API_BACKOFF: Duration = Duration::from_secs(1);
+pub const MAX_JOB_API_BACKOFF: Duration = Duration::from_secs(60);
+
+/// An orphan-queue item: one pod by name, or every pod a selector matches.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum OrphanKey {
+    Name {
+        namespace: String,
+        name: String,
+    },
+    /// The selector as JSON (LabelSelector is not hashable).
+    Selector {
+        namespace: String,
+        selector: String,
+    },
+}
+
+pub struct JobController {
+    pub client: kube::Client,
+    pub jobs: Arc<Informer<Job>>,
+    pub pods: Arc<Informer<Pod>>,
+    pub queue: WorkQueue<String>,
+    pub orphan_queue: WorkQueue<OrphanKey>,
+    pub expectations: ControllerExpectations,
+    pub finalizer_expectations: UidTrackingExpectations,
+    /// UIDs of Jobs we marked finished whose update we have not seen yet.
+    pub finished_jobs: Mutex<HashSet<String>>,
+    pub backoff: BackoffStore,
+    pub recorder: Recorder,
+    pub config: Config,
+}
+
+/// The core/v1 reference of a Job, for events.
+pub fn job_ref(job: &Job) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("batch/v1".into()),
+        kind: Some("Job".into()),
+        name: job.metadata.name.clone(),
+        namespace: job.metadata.namespace.clone(),
+        uid: job.metadata.uid.clone(),
+        resource_version: job.metadata.resource_version.clone(),
+        ..Default::default()
+    }
+}
+
+impl JobController {
+    pub fn event(&self, job: &Job, warning: bool, reason: &str, message: impl Into<String>) {
+        let kind = if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        self.recorder
+            .event(&job_ref(job), kind, reason, message.into());
+    }
+
+    async fn job_worker(self: Arc<Self>) {
+        while let Some(key) = self.queue.get().await {
+            let result = self.sync_job(&key).await;
+            match result {
+                Ok(()) => self.queue.forget(&key),
+                Err(e) => {
+                    tracing::warn!(job = %key, "syncing job: {e}");
+                    self.queue.add_rate_limited(key.clone());
+                }
+            }
+            self.queue.done(&key);
+        }
+    }
+
+    async fn orphan_worker(self: Arc<Self>) {
+        while let Some(key) = self.orphan_queue.get().await {
+            match self.sync_orphan(&key).await {
+                Ok(()) => self.orphan_queue.forget(&key),
+                Err(e) => {
+                    tracing::warn!(?key, "syncing orphan pods: {e}");
+                    self.orphan_queue.add_rate_limited(key.clone());
+                }
+            }
+            self.orphan_queue.done(&key);
+        }
+    }
+
+    /// Waits for the caches, then runs `workers` job workers and as many
+    /// orphan workers until `stop`; in-flight syncs finish first.
+    pub async fn run(self: Arc<Self>, workers: u32, stop: CancellationToken) {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = async { self.jobs.wait_synced().await; self.pods.wait_synced().await } => {}
+        }
+        let mut tasks = Vec::new();
+        for _ in 0..workers.max(1) {
+            tasks.push(tokio::spawn(Arc::clone(&self).job_worker()));
+            tasks.push(tokio::spawn(Arc::clone(&self).orphan_worker()));
+        }
+        stop.cancelled().await;
+        self.queue.shutdown();
+        self.orphan_queue.shutdown();
+        futures::future::join_all(tasks).await;
+    }
+}

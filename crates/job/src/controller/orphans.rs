@@ -1,0 +1,89 @@
+//! Finalizer clean-up for pods whose Job is gone, finished or never was
+//! (upstream syncOrphanPod, handleSingleOrphanPod).
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kcm_runtime::informer::{BY_NAMESPACE, object_key};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+use super::handlers::{controller_of, is_finished, managed_by_other};
+use super::{JobController, OrphanKey};
+use crate::pods::{JOB_TRACKING_FINALIZER, has_tracking_finalizer};
+use crate::selector;
+
+/// The strategic-merge patch that removes only the tracking finalizer.
+pub fn remove_finalizer_patch() -> serde_json::Value {
+    json!({ "metadata": { "$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER] } })
+}
+
+/// Removes the tracking finalizer; NotFound counts as done.
+pub async fn remove_finalizer(client: &kube::Client, pod: &Pod) -> Result<(), kube::Error> {
+    let api: Api<Pod> = Api::namespaced(
+        client.clone(),
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+    );
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    match api
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Strategic(remove_finalizer_patch()),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+impl JobController {
+    pub(super) async fn sync_orphan(&self, key: &OrphanKey) -> Result<(), kube::Error> {
+        match key {
+            OrphanKey::Name { namespace, name } => {
+                match self.pods.store().get(&format!("{namespace}/{name}")) {
+                    Some(pod) => self.handle_orphan(&pod).await,
+                    None => Ok(()),
+                }
+            }
+            OrphanKey::Selector {
+                namespace,
+                selector,
+            } => {
+                let Ok(sel) = serde_json::from_str::<LabelSelector>(selector) else {
+                    return Ok(());
+                };
+                for pod in self.pods.store().by_index(BY_NAMESPACE, namespace) {
+                    if selector::matches(&sel, pod.metadata.labels.as_ref())
+                        && let Err(e) = self.handle_orphan(&pod).await
+                    {
+                        // Per-pod errors are only logged, as upstream.
+                        tracing::warn!(pod = %object_key(pod.as_ref()), "removing tracking finalizer: {e}");
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn handle_orphan(&self, pod: &Pod) -> Result<(), kube::Error> {
+        if !has_tracking_finalizer(pod) {
+            return Ok(());
+        }
+        if let Some(r) = controller_of(pod) {
+            if r.kind != "Job" || r.api_version != "batch/v1" {
+                return Ok(());
+            }
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+            if let Some(job) = self.jobs.store().get(&format!("{ns}/{}", r.name))
+                && job.metadata.uid.as_deref() == Some(r.uid.as_str())
+                && (managed_by_other(&job).is_some() || !is_finished(&job))
+            {
+                return Ok(());
+            }
+        }
+        remove_finalizer(&self.client, pod).await
+    }
+}

@@ -1,0 +1,574 @@
+//! The executor of one Job sync: reads the caches, runs the pure stages of
+//! [`crate::sync`] and performs their API calls in order, stopping at the
+//! first failed status write (the key is then retried with back-off).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::{Job, JobStatus};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use tracing::Instrument;
+
+use super::JobController;
+use super::handlers::{is_finished, managed_by_other};
+use super::orphans::remove_finalizer_patch;
+use crate::metrics::metrics;
+use crate::pods::{has_tracking_finalizer, is_indexed, is_ready};
+use crate::sync::manage::{Outcome, PodWork, apply_outcome, pod_work};
+use crate::sync::tracking::{self, Tracking};
+use crate::sync::{ACTION_RECONCILING, Input, JobCtx, prepare};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("invalid job key {0:?}: either namespace or name is missing")]
+    InvalidKey(String),
+    #[error("getting pods for the job: {0}")]
+    Claim(kube::Error),
+    #[error("tracking status: adding uncounted pods to status: {0}")]
+    Flush1(kube::Error),
+    #[error("tracking status: removing uncounted pods from status: {0}")]
+    Flush2(kube::Error),
+    #[error("tracking status: removing tracking finalizers: {0}")]
+    RemoveFinalizers(kube::Error),
+    #[error("managing pods: {0}")]
+    Pods(kube::Error),
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+fn namespace_terminating(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")))
+}
+
+fn name_of(p: &Pod) -> String {
+    p.metadata.name.clone().unwrap_or_default()
+}
+
+/// Counters as the API stores them: int32 omitempty, so 0 is absent.
+fn omit_zero(v: i32) -> Option<i32> {
+    (v != 0).then_some(v)
+}
+
+impl JobController {
+    fn jobs_api(&self, ns: &str) -> Api<Job> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    fn pods_api(&self, ns: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    pub(super) async fn sync_job(&self, key: &str) -> Result<(), SyncError> {
+        let started = Instant::now();
+        let Some((ns, name)) = key
+            .split_once('/')
+            .filter(|(n, m)| !n.is_empty() && !m.is_empty())
+        else {
+            return Err(SyncError::InvalidKey(key.to_string()));
+        };
+        let Some(shared) = self.jobs.store().get(key) else {
+            self.expectations.delete_expectations(key);
+            self.finalizer_expectations.delete_expectations(key);
+            self.backoff.remove(key);
+            return Ok(());
+        };
+        if managed_by_other(&shared).is_some() {
+            return Ok(());
+        }
+        let uid = shared.metadata.uid.clone().unwrap_or_default();
+        if is_finished(&shared) {
+            self.backoff.remove(key);
+            self.finished_jobs.lock().remove(&uid);
+            return Ok(());
+        }
+        if self.finished_jobs.lock().contains(&uid) {
+            return Ok(());
+        }
+        let mode = shared.spec.as_ref().and_then(|s| s.completion_mode.clone());
+        if mode
+            .as_deref()
+            .is_some_and(|m| m != "NonIndexed" && m != "Indexed")
+        {
+            self.event(
+                &shared,
+                true,
+                "UnknownCompletionMode",
+                "Skipped Job sync because completion mode is unknown",
+            );
+            return Ok(());
+        }
+        let mode = if is_indexed(&shared) {
+            "Indexed"
+        } else {
+            "NonIndexed"
+        };
+        let span = tracing::info_span!("sync", job = %key);
+        let (action, result) = self
+            .sync_inner(key, ns, name, (*shared).clone())
+            .instrument(span)
+            .await;
+        let res = if result.is_ok() { "success" } else { "error" };
+        let m = metrics();
+        m.sync_duration
+            .with_label_values(&[mode, res, action])
+            .observe(started.elapsed().as_secs_f64());
+        m.syncs.with_label_values(&[mode, res, action]).inc();
+        result
+    }
+
+    async fn sync_inner(
+        &self,
+        key: &str,
+        ns: &str,
+        name: &str,
+        job: Job,
+    ) -> (&'static str, Result<(), SyncError>) {
+        let satisfied = self.expectations.satisfied(key);
+        let (pods, claim_error) = self.pods_for_job(&job).await;
+        if let Some(e) = claim_error {
+            return (ACTION_RECONCILING, Err(SyncError::Claim(e)));
+        }
+        let input = Input {
+            job,
+            pods,
+            satisfied,
+            expected_rm_finalizers: self.finalizer_expectations.get_uids(key),
+            stored_backoff: self.backoff.get(key),
+            now: Timestamp::now(),
+            config: self.config,
+        };
+        let mut ctx = prepare(input);
+        let work = pod_work(&mut ctx);
+        let (outcome, pod_error) = self.do_pod_work(key, &ctx, &work).await;
+        apply_outcome(&mut ctx, &work, outcome);
+        for e in std::mem::take(&mut ctx.events) {
+            self.event(&ctx.job, e.warning, &e.reason, e.message);
+        }
+        let status = ctx.job.status.get_or_insert_with(JobStatus::default);
+        let needs_flush = ctx.suspend_changed
+            || ctx.active != status.active.unwrap_or(0)
+            || Some(ctx.ready) != status.ready
+            || Some(ctx.terminating) != status.terminating;
+        status.active = omit_zero(ctx.active);
+        status.ready = Some(ctx.ready);
+        status.terminating = Some(ctx.terminating);
+        let action = ctx.action;
+        if let Some(after) = ctx.requeue_after {
+            self.queue.add_after(key.to_string(), after);
+        }
+        if let Err(e) = self.track(key, ns, name, &mut ctx, needs_flush).await {
+            return (action, Err(e));
+        }
+        (
+            action,
+            pod_error.map_or(Ok(()), |e| Err(SyncError::Pods(e))),
+        )
+    }
+
+    async fn write_status(
+        &self,
+        ns: &str,
+        name: &str,
+        ctx: &mut JobCtx,
+    ) -> Result<(), kube::Error> {
+        let written = self
+            .jobs_api(ns)
+            .replace_status(name, &PostParams::default(), &ctx.job)
+            .await?;
+        ctx.job.metadata.resource_version = written.metadata.resource_version;
+        Ok(())
+    }
+
+    fn record_pods_finished(&self, ctx: &JobCtx, old: &JobStatus) {
+        let job = &ctx.job;
+        let new = job.status.clone().unwrap_or_default();
+        let mode = if is_indexed(job) {
+            "Indexed"
+        } else {
+            "NonIndexed"
+        };
+        let m = metrics();
+        let succeeded_delta = if is_indexed(job) {
+            let c = crate::pods::completions(job);
+            let count = |s: &Option<String>| {
+                s.as_deref()
+                    .map_or(0, |s| crate::indexes::OrderedIntervals::parse(s, c).total())
+            };
+            let per_index = job
+                .spec
+                .as_ref()
+                .is_some_and(|s| s.backoff_limit_per_index.is_some());
+            let label = if per_index { "perIndex" } else { "global" };
+            let d = count(&new.completed_indexes) - count(&old.completed_indexes);
+            m.finished_indexes
+                .with_label_values(&["succeeded", label])
+                .inc_by(u64::try_from(d.max(0)).unwrap_or(0));
+            let fd = count(&new.failed_indexes) - count(&old.failed_indexes);
+            if per_index && fd > 0 {
+                m.finished_indexes
+                    .with_label_values(&["failed", label])
+                    .inc_by(u64::try_from(fd).unwrap_or(0));
+            }
+            d
+        } else {
+            new.succeeded.unwrap_or(0) - old.succeeded.unwrap_or(0)
+        };
+        let failed_delta = new.failed.unwrap_or(0) - old.failed.unwrap_or(0);
+        m.pods_finished
+            .with_label_values(&[mode, "succeeded"])
+            .inc_by(u64::try_from(succeeded_delta.max(0)).unwrap_or(0));
+        m.pods_finished
+            .with_label_values(&[mode, "failed"])
+            .inc_by(u64::try_from(failed_delta.max(0)).unwrap_or(0));
+    }
+
+    /// Upstream trackJobStatusAndRemoveFinalizers.
+    async fn track(
+        &self,
+        key: &str,
+        ns: &str,
+        name: &str,
+        ctx: &mut JobCtx,
+        needs_flush: bool,
+    ) -> Result<(), SyncError> {
+        let mut plan: Tracking = tracking::plan(ctx, needs_flush);
+        if plan.flush {
+            self.write_status(ns, name, ctx)
+                .await
+                .map_err(SyncError::Flush1)?;
+            self.backoff.update(key, ctx.new_backoff);
+            self.record_pods_finished(ctx, &plan.old_status);
+            plan.old_status = ctx.job.status.clone().unwrap_or_default();
+        }
+        for (action, n) in &plan.policy_actions {
+            metrics()
+                .pod_failures_handled_by_failure_policy
+                .with_label_values(&[action])
+                .inc_by(*n);
+        }
+        let (removed, rm_error) = self.remove_finalizers(key, &plan.remove_finalizers).await;
+        let fin = tracking::finish(ctx, &mut plan, &removed, rm_error.is_some());
+        if let Some(e) = rm_error {
+            if fin.flush {
+                self.write_status(ns, name, ctx)
+                    .await
+                    .map_err(SyncError::Flush2)?;
+            }
+            return Err(SyncError::RemoveFinalizers(e));
+        }
+        if fin.flush {
+            self.write_status(ns, name, ctx)
+                .await
+                .map_err(SyncError::Flush2)?;
+            if fin.finished {
+                self.job_finished(ctx);
+            }
+            self.record_pods_finished(ctx, &plan.old_status);
+        }
+        Ok(())
+    }
+
+    fn job_finished(&self, ctx: &JobCtx) {
+        let Some(f) = ctx.finished.as_ref() else {
+            return;
+        };
+        let job = &ctx.job;
+        let mode = if is_indexed(job) {
+            "Indexed"
+        } else {
+            "NonIndexed"
+        };
+        let reason = f.reason.clone().unwrap_or_default();
+        if f.type_ == "Complete" {
+            let succeeded = job.status.as_ref().and_then(|s| s.succeeded).unwrap_or(0);
+            if job
+                .spec
+                .as_ref()
+                .and_then(|s| s.completions)
+                .is_some_and(|c| succeeded > c)
+            {
+                self.event(
+                    job,
+                    true,
+                    "TooManySucceededPods",
+                    "Too many succeeded pods running after completion count reached",
+                );
+            }
+            self.event(job, false, "Completed", "Job completed");
+            metrics()
+                .jobs_finished
+                .with_label_values(&[mode, "succeeded", &reason])
+                .inc();
+        } else {
+            self.event(job, true, &reason, f.message.clone().unwrap_or_default());
+            metrics()
+                .jobs_finished
+                .with_label_values(&[mode, "failed", &reason])
+                .inc();
+        }
+        if let Some(uid) = job.metadata.uid.clone() {
+            self.finished_jobs.lock().insert(uid);
+        }
+    }
+
+    /// Patches the finalizer away from `pods` concurrently. Returns the UIDs
+    /// now free of it (NotFound included) and the first other error.
+    async fn remove_finalizers(
+        &self,
+        key: &str,
+        pods: &[Arc<Pod>],
+    ) -> (HashSet<String>, Option<kube::Error>) {
+        if pods.is_empty() {
+            return (HashSet::new(), None);
+        }
+        let uids: Vec<String> = pods
+            .iter()
+            .map(|p| p.metadata.uid.clone().unwrap_or_default())
+            .collect();
+        self.finalizer_expectations
+            .expect_finalizers_removed(key, uids);
+        let results: Vec<(String, Result<(), kube::Error>)> =
+            futures::stream::iter(pods.iter().cloned())
+                .map(|p: Arc<Pod>| async move {
+                    let uid = p.metadata.uid.clone().unwrap_or_default();
+                    let api = self.pods_api(p.metadata.namespace.as_deref().unwrap_or(""));
+                    let r = api
+                        .patch(
+                            &name_of(&p),
+                            &PatchParams::default(),
+                            &Patch::Strategic(remove_finalizer_patch()),
+                        )
+                        .await;
+                    (uid, r.map(|_| ()))
+                })
+                .buffer_unordered(64)
+                .collect()
+                .await;
+        let mut removed = HashSet::new();
+        let mut error = None;
+        for (uid, r) in results {
+            match r {
+                Ok(()) => {
+                    removed.insert(uid);
+                }
+                Err(e) => {
+                    self.finalizer_expectations
+                        .finalizer_removal_observed(key, &uid);
+                    if is_not_found(&e) {
+                        removed.insert(uid);
+                    } else if error.is_none() {
+                        error = Some(e);
+                    }
+                }
+            }
+        }
+        (removed, error)
+    }
+
+    async fn do_pod_work(
+        &self,
+        key: &str,
+        ctx: &JobCtx,
+        work: &PodWork,
+    ) -> (Outcome, Option<kube::Error>) {
+        let ns = ctx.job.metadata.namespace.clone().unwrap_or_default();
+        let api = self.pods_api(&ns);
+        let job = &ctx.job;
+        match work {
+            PodWork::DeleteActive(pods) => {
+                let results: Vec<(String, bool, Result<(), kube::Error>)> =
+                    futures::stream::iter(pods.iter().cloned())
+                        .map(|p: Arc<Pod>| {
+                            let api = api.clone();
+                            async move {
+                                let r = api
+                                    .delete(&name_of(&p), &DeleteParams::default())
+                                    .await
+                                    .map(|_| ());
+                                (name_of(&p), is_ready(&p), r)
+                            }
+                        })
+                        .buffer_unordered(64)
+                        .collect()
+                        .await;
+                let mut out = Outcome::default();
+                let mut error = None;
+                for (name, ready, r) in results {
+                    // Upstream counts every ready pod, deleted or not.
+                    out.deleted_ready += i32::from(ready);
+                    match r {
+                        Ok(()) => {
+                            out.deleted += 1;
+                            self.event(
+                                job,
+                                false,
+                                "SuccessfulDelete",
+                                format!("Deleted pod: {name}"),
+                            );
+                        }
+                        Err(e) if is_not_found(&e) => out.deleted += 1,
+                        Err(e) => {
+                            self.event(job, true, "FailedDelete", format!("Error deleting: {e}"));
+                            error.get_or_insert(e);
+                        }
+                    }
+                }
+                (out, error)
+            }
+            PodWork::Remove(pods) => {
+                self.expectations
+                    .expect_deletions(key, i64::try_from(pods.len()).unwrap_or(i64::MAX));
+                let results: Vec<(bool, bool, Option<kube::Error>)> =
+                    futures::stream::iter(pods.iter().cloned())
+                        .map(|p: Arc<Pod>| {
+                            let api = api.clone();
+                            async move {
+                                let name = name_of(&p);
+                                if has_tracking_finalizer(&p)
+                                    && let Err(e) = api
+                                        .patch(
+                                            &name,
+                                            &PatchParams::default(),
+                                            &Patch::Strategic(remove_finalizer_patch()),
+                                        )
+                                        .await
+                                {
+                                    // NotFound on the patch counts as removed.
+                                    return (
+                                        false,
+                                        is_not_found(&e),
+                                        (!is_not_found(&e)).then_some(e),
+                                    );
+                                }
+                                match api.delete(&name, &DeleteParams::default()).await {
+                                    Ok(_) => (is_ready(&p), true, None),
+                                    Err(e) if is_not_found(&e) => (is_ready(&p), true, None),
+                                    Err(e) => (is_ready(&p), false, Some(e)),
+                                }
+                            }
+                        })
+                        .buffer_unordered(64)
+                        .collect()
+                        .await;
+                let mut out = Outcome::default();
+                let mut error = None;
+                for (ready, ok, e) in results {
+                    out.deleted_ready += i32::from(ready);
+                    if ok {
+                        out.deleted += 1;
+                    } else {
+                        self.expectations.deletion_observed(key);
+                    }
+                    if let Some(e) = e {
+                        self.event(job, true, "FailedDelete", format!("Error deleting: {e}"));
+                        error.get_or_insert(e);
+                    }
+                }
+                // Upstream lowers the expectation for NotFound too.
+                (out, error)
+            }
+            PodWork::Create(pods) => self.create_pods(key, ctx, pods).await,
+            PodWork::Backoff(_) | PodWork::Nothing => (Outcome::default(), None),
+        }
+    }
+
+    /// Slow start: batches of 1, 2, 4, ...; after a batch with an error the
+    /// rest are skipped and their expectations lowered.
+    async fn create_pods(
+        &self,
+        key: &str,
+        ctx: &JobCtx,
+        pods: &[Pod],
+    ) -> (Outcome, Option<kube::Error>) {
+        let job = &ctx.job;
+        let api = self.pods_api(job.metadata.namespace.as_deref().unwrap_or(""));
+        self.expectations
+            .expect_creations(key, i64::try_from(pods.len()).unwrap_or(i64::MAX));
+        let mut out = Outcome::default();
+        let mut error: Option<kube::Error> = None;
+        let (mut ok, mut failed) = (0u64, 0u64);
+        let mut next = 0usize;
+        let mut batch = 1usize;
+        while next < pods.len() {
+            let end = (next + batch).min(pods.len());
+            let results: Vec<Result<Pod, kube::Error>> =
+                futures::stream::iter(pods[next..end].to_vec())
+                    .map(|p: Pod| {
+                        let api = api.clone();
+                        async move { api.create(&PostParams::default(), &p).await }
+                    })
+                    .buffer_unordered(64)
+                    .collect()
+                    .await;
+            let mut batch_failed = false;
+            for r in results {
+                match r {
+                    Ok(created) => {
+                        ok += 1;
+                        self.event(
+                            job,
+                            false,
+                            "SuccessfulCreate",
+                            format!("Created pod: {}", name_of(&created)),
+                        );
+                    }
+                    // The namespace is going away: nothing to undo or report.
+                    Err(e) if namespace_terminating(&e) => {}
+                    Err(e) => {
+                        self.expectations.creation_observed(key);
+                        out.not_created += 1;
+                        failed += 1;
+                        // Upstream counts failed creations as attempted too.
+                        ok += 1;
+                        batch_failed = true;
+                        self.event(job, true, "FailedCreate", format!("Error creating: {e}"));
+                        error.get_or_insert(e);
+                    }
+                }
+            }
+            next = end;
+            if batch_failed && next < pods.len() {
+                let skipped = pods.len() - next;
+                for _ in 0..skipped {
+                    self.expectations.creation_observed(key);
+                }
+                out.not_created += i32::try_from(skipped).unwrap_or(i32::MAX);
+                break;
+            }
+            batch = (batch * 2).min(pods.len() - next).max(1);
+        }
+        let per_failed = crate::pods::only_replace_failed_pods(job)
+            && job
+                .spec
+                .as_ref()
+                .and_then(|s| s.pod_replacement_policy.as_deref())
+                == Some("Failed");
+        let reason = if per_failed && ctx.failed > 0 {
+            "recreate_failed"
+        } else if ctx.failed > 0 || ctx.terminating > 0 {
+            "recreate_terminating_or_failed"
+        } else {
+            "new"
+        };
+        if ok > 0 {
+            metrics()
+                .pods_creation
+                .with_label_values(&[reason, "succeeded"])
+                .inc_by(ok);
+        }
+        if failed > 0 {
+            metrics()
+                .pods_creation
+                .with_label_values(&[reason, "failed"])
+                .inc_by(failed);
+        }
+        (out, error)
+    }
+}

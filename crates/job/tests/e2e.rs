@@ -1,0 +1,100 @@
+//! The Job controller against the real API server.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kcm_e2e::wait::wait_for_list;
+use kcm_e2e::{ControlPlane, TestNamespace};
+use kcm_features::FeatureGates;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use serde_json::json;
+
+use support::*;
+
+fn job(name: &str, spec: serde_json::Value) -> Job {
+    let mut j = json!({
+        "metadata": { "name": name },
+        "spec": {
+            "template": { "spec": {
+                "restartPolicy": "Never",
+                "containers": [{ "name": "main", "image": "busybox" }]
+            }}
+        }
+    });
+    if let (Some(dst), Some(src)) = (j["spec"].as_object_mut(), spec.as_object()) {
+        for (k, v) in src {
+            dst.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::from_value(j).expect("job")
+}
+
+#[tokio::test]
+async fn nonindexed_job_completes_and_releases_finalizers() {
+    let cp = ControlPlane::start().expect("cp");
+    let _c = start(&cp, false, FeatureGates::default()).await;
+    let client = cp.client().await.expect("client");
+    let ns = TestNamespace::create(&client, "job").await.expect("ns");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    jobs.create(
+        &PostParams::default(),
+        &job("pi", json!({"completions": 3, "parallelism": 2})),
+    )
+    .await
+    .expect("create");
+    let done = drive(&jobs, &pods, "pi", Duration::from_secs(60), |_, _| Some(0)).await;
+    let o = outcome(&done);
+    assert_eq!(o.succeeded, 3, "{o:#?}");
+    assert_eq!(o.failed, 0);
+    assert_eq!(o.active, 0);
+    assert!(o.completion_time_set && o.uncounted_empty);
+    let types: Vec<&str> = o.conditions.iter().map(|c| c.0.as_str()).collect();
+    assert_eq!(types, vec!["SuccessCriteriaMet", "Complete"]);
+    assert_eq!(o.conditions[1].2, "CompletionsReached");
+    wait_for_list(
+        &pods,
+        &ListParams::default(),
+        Duration::from_secs(20),
+        "finalizers gone",
+        |ps| {
+            ps.iter()
+                .all(|p| p.metadata.finalizers.as_ref().is_none_or(|f| f.is_empty()))
+        },
+    )
+    .await
+    .expect("finalizers");
+}
+
+#[tokio::test]
+async fn backoff_limit_fails_the_job() {
+    let cp = ControlPlane::start().expect("cp");
+    let _c = start(&cp, false, FeatureGates::default()).await;
+    let client = cp.client().await.expect("client");
+    let ns = TestNamespace::create(&client, "job").await.expect("ns");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    jobs.create(
+        &PostParams::default(),
+        &job("flaky", json!({"completions": 1, "backoffLimit": 0})),
+    )
+    .await
+    .expect("create");
+    let done = drive(&jobs, &pods, "flaky", Duration::from_secs(60), |_, _| {
+        Some(1)
+    })
+    .await;
+    let o = outcome(&done);
+    assert_eq!(o.failed, 1, "{o:#?}");
+    let types: Vec<&str> = o.conditions.iter().map(|c| c.0.as_str()).collect();
+    assert_eq!(types, vec!["FailureTarget", "Failed"]);
+    assert_eq!(o.conditions[1].2, "BackoffLimitExceeded");
+    assert_eq!(
+        o.conditions[1].3,
+        "Job has reached the specified backoff limit"
+    );
+}
