@@ -95,6 +95,23 @@ pub fn outcome(job: &Job) -> Outcome {
     }
 }
 
+/// Replaces run-specific names (namespace, pod names) in messages.
+pub fn normalize(mut o: Outcome, ns: &str) -> Outcome {
+    for c in &mut o.conditions {
+        let msg = c.3.replace(ns, "<ns>");
+        // "pod <ns>/<name> ..." : drop the generated pod name.
+        c.3 = match msg.find("<ns>/") {
+            Some(i) => {
+                let rest = &msg[i + 5..];
+                let end = rest.find(' ').unwrap_or(rest.len());
+                format!("{}<ns>/<pod>{}", &msg[..i], &rest[end..])
+            }
+            None => msg,
+        };
+    }
+    o
+}
+
 pub fn finished(job: &Job) -> bool {
     job.status
         .as_ref()
@@ -130,10 +147,14 @@ pub async fn drive(
         );
         for p in job_pods(pods, name).await {
             let pname = p.metadata.name.clone().unwrap_or_default();
-            if phase(&p) != "Pending" && !phase(&p).is_empty() || handled.contains_key(&pname) {
+            if p.metadata.deletion_timestamp.is_some() {
+                // The kubelet stops a deleted pod: phase Failed, exit 137.
+                if !matches!(phase(&p), "Failed" | "Succeeded") {
+                    kcm_e2e::kubelet::finish_pod(pods, &pname, 137).await.ok();
+                }
                 continue;
             }
-            if p.metadata.deletion_timestamp.is_some() {
+            if phase(&p) != "Pending" && !phase(&p).is_empty() || handled.contains_key(&pname) {
                 continue;
             }
             let n = handled.len();

@@ -1,0 +1,197 @@
+//! The same Job scenarios against upstream kube-controller-manager's
+//! job-controller and against kcm-rs, each on its own control plane, with
+//! the test playing the kubelet identically; the final Job status (counts,
+//! conditions' type/status/reason/message, indexes) and the number of pods
+//! created must be identical.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kcm_e2e::{ControlPlane, TestNamespace};
+use kcm_features::FeatureGates;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+
+use support::*;
+
+type Kubelet = fn(&Pod, usize) -> Option<i32>;
+
+fn index(p: &Pod) -> i32 {
+    p.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("batch.kubernetes.io/job-completion-index"))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(-1)
+}
+
+fn job(spec: serde_json::Value) -> Job {
+    let mut j = json!({
+        "metadata": { "name": "j" },
+        "spec": {
+            "template": { "spec": {
+                "restartPolicy": "Never",
+                "containers": [{ "name": "main", "image": "busybox" }]
+            }}
+        }
+    });
+    if let (Some(dst), Some(src)) = (j["spec"].as_object_mut(), spec.as_object()) {
+        for (k, v) in src {
+            dst.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::from_value(j).expect("job")
+}
+
+async fn run(upstream: bool, spec: serde_json::Value, kubelet: Kubelet) -> (Outcome, usize) {
+    let cp = ControlPlane::start().expect("cp");
+    let _c = start(&cp, upstream, FeatureGates::default()).await;
+    let client = cp.client().await.expect("client");
+    let ns = TestNamespace::create(&client, "diff").await.expect("ns");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    jobs.create(&PostParams::default(), &job(spec))
+        .await
+        .expect("create");
+    drive(&jobs, &pods, "j", Duration::from_secs(90), kubelet).await;
+    // Let trailing writes (finalizer removals, counters) land.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let done = jobs.get("j").await.expect("job");
+    let created = job_pods(&pods, "j").await.len();
+    (normalize(outcome(&done), &ns.name), created)
+}
+
+async fn compare(spec: serde_json::Value, kubelet: Kubelet) -> Outcome {
+    let (theirs, ours) = tokio::join!(run(true, spec.clone(), kubelet), run(false, spec, kubelet));
+    assert_eq!(ours.0, theirs.0, "kcm-rs (left) vs upstream (right)");
+    assert_eq!(
+        ours.1, theirs.1,
+        "pods left: kcm-rs {} vs upstream {}",
+        ours.1, theirs.1
+    );
+    ours.0
+}
+
+#[tokio::test]
+async fn d01_nonindexed_all_succeed() {
+    let o = compare(json!({"completions": 3, "parallelism": 2}), |_, _| Some(0)).await;
+    assert_eq!(o.succeeded, 3);
+}
+
+#[tokio::test]
+async fn d02_backoff_limit_zero() {
+    let o = compare(json!({"completions": 2, "backoffLimit": 0}), |_, _| Some(1)).await;
+    assert_eq!(
+        o.conditions.last().map(|c| c.2.as_str()),
+        Some("BackoffLimitExceeded")
+    );
+}
+
+#[tokio::test]
+async fn d03_work_queue_mode() {
+    let o = compare(json!({"parallelism": 3}), |_, _| Some(0)).await;
+    assert_eq!(o.succeeded, 3);
+}
+
+#[tokio::test]
+async fn d04_indexed_all_succeed() {
+    let o = compare(
+        json!({"completions": 4, "parallelism": 4, "completionMode": "Indexed"}),
+        |_, _| Some(0),
+    )
+    .await;
+    assert_eq!(o.completed_indexes, "0-3");
+}
+
+#[tokio::test]
+async fn d05_indexed_failed_index_with_backoff_limit_per_index() {
+    let o = compare(
+        json!({"completions": 3, "parallelism": 3, "completionMode": "Indexed", "backoffLimitPerIndex": 0}),
+        |p, _| Some(if index(p) == 1 { 3 } else { 0 }),
+    )
+    .await;
+    assert_eq!(o.failed_indexes.as_deref(), Some("1"));
+    assert_eq!(
+        o.conditions.last().map(|c| c.2.as_str()),
+        Some("FailedIndexes")
+    );
+}
+
+#[tokio::test]
+async fn d06_fail_job_rule_with_running_sibling() {
+    let o = compare(
+        json!({"completions": 2, "parallelism": 2, "backoffLimit": 6,
+               "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]}}),
+        |_, n| if n == 0 { Some(42) } else { None },
+    )
+    .await;
+    assert_eq!(
+        o.conditions.last().map(|c| c.2.as_str()),
+        Some("PodFailurePolicy")
+    );
+}
+
+#[tokio::test]
+async fn d07_ignore_rule_does_not_count() {
+    let o = compare(
+        json!({"completions": 1, "backoffLimit": 0,
+               "podFailurePolicy": {"rules": [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [7]}}]}}),
+        |_, n| Some(if n == 0 { 7 } else { 0 }),
+    )
+    .await;
+    assert_eq!(o.failed, 0);
+    assert_eq!(o.succeeded, 1);
+}
+
+#[tokio::test]
+async fn d08_count_rule_counts() {
+    let o = compare(
+        json!({"completions": 1, "backoffLimit": 0,
+               "podFailurePolicy": {"rules": [{"action": "Count", "onExitCodes": {"operator": "NotIn", "values": [0]}}]}}),
+        |_, _| Some(5),
+    )
+    .await;
+    assert_eq!(o.failed, 1);
+}
+
+#[tokio::test]
+async fn d09_success_policy() {
+    let o = compare(
+        json!({"completions": 3, "parallelism": 3, "completionMode": "Indexed",
+               "successPolicy": {"rules": [{"succeededIndexes": "0"}]}}),
+        |p, _| if index(p) == 0 { Some(0) } else { None },
+    )
+    .await;
+    assert_eq!(
+        o.conditions.first().map(|c| c.2.as_str()),
+        Some("SuccessPolicy")
+    );
+}
+
+#[tokio::test]
+async fn d10_active_deadline() {
+    let o = compare(
+        json!({"completions": 2, "parallelism": 2, "activeDeadlineSeconds": 3}),
+        |_, _| None,
+    )
+    .await;
+    assert_eq!(
+        o.conditions.last().map(|c| c.2.as_str()),
+        Some("DeadlineExceeded")
+    );
+}
+
+#[tokio::test]
+async fn d11_fail_index_rule() {
+    let o = compare(
+        json!({"completions": 2, "parallelism": 2, "completionMode": "Indexed", "backoffLimitPerIndex": 3,
+               "podFailurePolicy": {"rules": [{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [9]}}]}}),
+        |p, _| Some(if index(p) == 0 { 9 } else { 0 }),
+    )
+    .await;
+    assert_eq!(o.failed_indexes.as_deref(), Some("0"));
+}
