@@ -308,3 +308,35 @@ pub async fn add_pod_condition(
 ) -> Result<Pod, HarnessError> {
     update_pod_status(pods, name, &PodStatusUpdate::default().condition(c)).await
 }
+
+/// A one-container pod named `name` (`restartPolicy: Never`), held by the
+/// test finalizer `example.com/hold` if `hold`.
+pub fn simple_pod(name: &str, hold: bool) -> Pod {
+    let mut p = json!({
+        "metadata": { "name": name },
+        "spec": { "restartPolicy": "Never", "containers": [{ "name": "main", "image": "busybox" }] }
+    });
+    if hold {
+        p["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    }
+    // A literal object of the Pod schema: deserializing cannot fail.
+    serde_json::from_value(p).unwrap_or_default()
+}
+
+/// Creates pod `name`, binds it to `node`, and either runs it (Ready) or,
+/// with an exit code, finishes it.
+pub async fn create_bound_pod(
+    pods: &Api<Pod>,
+    name: &str,
+    node: &str,
+    exit: Option<i32>,
+) -> Result<(), HarnessError> {
+    pods.create(&PostParams::default(), &simple_pod(name, false))
+        .await?;
+    bind_pod(pods, name, node).await?;
+    match exit {
+        None => run_pod(pods, name, true).await?,
+        Some(code) => finish_pod(pods, name, code).await?,
+    };
+    Ok(())
+}

@@ -29,24 +29,6 @@ fn index(p: &Pod) -> i32 {
         .unwrap_or(-1)
 }
 
-fn job(spec: serde_json::Value) -> Job {
-    let mut j = json!({
-        "metadata": { "name": "j" },
-        "spec": {
-            "template": { "spec": {
-                "restartPolicy": "Never",
-                "containers": [{ "name": "main", "image": "busybox" }]
-            }}
-        }
-    });
-    if let (Some(dst), Some(src)) = (j["spec"].as_object_mut(), spec.as_object()) {
-        for (k, v) in src {
-            dst.insert(k.clone(), v.clone());
-        }
-    }
-    serde_json::from_value(j).expect("job")
-}
-
 async fn run(upstream: bool, spec: serde_json::Value, kubelet: Kubelet) -> (Outcome, usize) {
     let cp = ControlPlane::start().expect("cp");
     let _c = start(&cp, upstream, FeatureGates::default()).await;
@@ -54,7 +36,7 @@ async fn run(upstream: bool, spec: serde_json::Value, kubelet: Kubelet) -> (Outc
     let ns = TestNamespace::create(&client, "diff").await.expect("ns");
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    jobs.create(&PostParams::default(), &job(spec))
+    jobs.create(&PostParams::default(), &job("j", spec))
         .await
         .expect("create");
     drive(&jobs, &pods, "j", Duration::from_secs(90), kubelet).await;

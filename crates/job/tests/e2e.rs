@@ -15,24 +15,6 @@ use serde_json::json;
 
 use support::*;
 
-fn job(name: &str, spec: serde_json::Value) -> Job {
-    let mut j = json!({
-        "metadata": { "name": name },
-        "spec": {
-            "template": { "spec": {
-                "restartPolicy": "Never",
-                "containers": [{ "name": "main", "image": "busybox" }]
-            }}
-        }
-    });
-    if let (Some(dst), Some(src)) = (j["spec"].as_object_mut(), spec.as_object()) {
-        for (k, v) in src {
-            dst.insert(k.clone(), v.clone());
-        }
-    }
-    serde_json::from_value(j).expect("job")
-}
-
 #[tokio::test]
 async fn nonindexed_job_completes_and_releases_finalizers() {
     let cp = ControlPlane::start().expect("cp");

@@ -9,14 +9,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kcm_e2e::history::{PodHistory, Seen};
-use kcm_e2e::kubelet::{self, taint};
+use kcm_e2e::kubelet::{self, create_bound_pod, simple_pod, taint};
 use kcm_e2e::wait::wait_gone;
 use kcm_e2e::{ControlPlane, TestNamespace, UpstreamKcm, in_process};
 use kcm_features::FeatureGates;
 use kcm_runtime::controller::Settings;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
-use serde_json::json;
 
 /// What a test can observe of one pod.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -57,28 +56,6 @@ fn outcome(h: &PodHistory, name: &str) -> Outcome {
     }
 }
 
-fn pod(name: &str, finalizer: bool) -> Pod {
-    let mut p = json!({
-        "metadata": { "name": name },
-        "spec": { "restartPolicy": "Never", "containers": [{ "name": "main", "image": "busybox" }] }
-    });
-    if finalizer {
-        p["metadata"]["finalizers"] = json!(["example.com/hold"]);
-    }
-    serde_json::from_value(p).expect("pod")
-}
-
-async fn bound(pods: &Api<Pod>, name: &str, node: &str, exit: Option<i32>) {
-    pods.create(&PostParams::default(), &pod(name, false))
-        .await
-        .expect("create");
-    kubelet::bind_pod(pods, name, node).await.expect("bind");
-    match exit {
-        None => drop(kubelet::run_pod(pods, name, true).await.expect("run")),
-        Some(c) => drop(kubelet::finish_pod(pods, name, c).await.expect("finish")),
-    }
-}
-
 /// Scenarios without the threshold pass: orphans (running and terminal),
 /// out-of-service, NotReady without the taint, unscheduled terminating,
 /// healthy. Returns the pods that must disappear.
@@ -105,11 +82,21 @@ async fn setup_nodes_and_orphans(client: &kube::Client, ns: &str) -> Vec<&'stati
     kubelet::create_node(client, "notready", false, vec![])
         .await
         .expect("node");
-    bound(&pods, "orphan-running", "doomed", None).await;
-    bound(&pods, "orphan-succeeded", "doomed", Some(0)).await;
-    bound(&pods, "healthy", "healthy", None).await;
-    bound(&pods, "oos-terminating", "oos", None).await;
-    bound(&pods, "notready-terminating", "notready", None).await;
+    create_bound_pod(&pods, "orphan-running", "doomed", None)
+        .await
+        .expect("pod");
+    create_bound_pod(&pods, "orphan-succeeded", "doomed", Some(0))
+        .await
+        .expect("pod");
+    create_bound_pod(&pods, "healthy", "healthy", None)
+        .await
+        .expect("pod");
+    create_bound_pod(&pods, "oos-terminating", "oos", None)
+        .await
+        .expect("pod");
+    create_bound_pod(&pods, "notready-terminating", "notready", None)
+        .await
+        .expect("pod");
     pods.delete("oos-terminating", &DeleteParams::default())
         .await
         .expect("delete");
@@ -118,7 +105,7 @@ async fn setup_nodes_and_orphans(client: &kube::Client, ns: &str) -> Vec<&'stati
         .expect("delete");
     pods.create(
         &PostParams::default(),
-        &pod("unscheduled-terminating", true),
+        &simple_pod("unscheduled-terminating", true),
     )
     .await
     .expect("create");
@@ -139,10 +126,14 @@ async fn setup_threshold(client: &kube::Client, ns: &str) -> Vec<&'static str> {
         .await
         .expect("node");
     for (i, name) in ["t0", "t1", "t2", "t3"].iter().enumerate() {
-        bound(&pods, name, "n", Some(i32::try_from(i).unwrap_or(1))).await;
+        create_bound_pod(&pods, name, "n", Some(i32::try_from(i).unwrap_or(1)))
+            .await
+            .expect("pod");
         tokio::time::sleep(Duration::from_millis(1100)).await;
     }
-    bound(&pods, "running", "n", None).await;
+    create_bound_pod(&pods, "running", "n", None)
+        .await
+        .expect("pod");
     vec!["t0", "t1"]
 }
 

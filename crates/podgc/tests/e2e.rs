@@ -6,7 +6,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kcm_e2e::history::{PodHistory, Seen, has_condition};
 use kcm_e2e::in_process::{self, InProcess};
-use kcm_e2e::kubelet::{self, taint};
+use kcm_e2e::kubelet::{self, create_bound_pod, simple_pod, taint};
 use kcm_e2e::wait::{wait_for, wait_gone};
 use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::{Feature, FeatureGates};
@@ -32,32 +32,6 @@ async fn start(cp: &ControlPlane, settings: Settings, gates: FeatureGates) -> In
         .expect("pod GC started")
 }
 
-fn pod(name: &str, finalizer: bool) -> Pod {
-    let mut p = json!({
-        "metadata": { "name": name },
-        "spec": { "restartPolicy": "Never", "containers": [{ "name": "main", "image": "busybox" }] }
-    });
-    if finalizer {
-        p["metadata"]["finalizers"] = json!(["example.com/hold"]);
-    }
-    serde_json::from_value(p).expect("pod")
-}
-
-async fn bound_pod(pods: &Api<Pod>, name: &str, node: &str, phase_exit: Option<i32>) {
-    pods.create(&PostParams::default(), &pod(name, false))
-        .await
-        .expect("create");
-    kubelet::bind_pod(pods, name, node).await.expect("bind");
-    match phase_exit {
-        None => {
-            kubelet::run_pod(pods, name, true).await.expect("run");
-        }
-        Some(code) => {
-            kubelet::finish_pod(pods, name, code).await.expect("finish");
-        }
-    }
-}
-
 /// The condition was on the pod in some watch event before the delete.
 fn condition_before_delete(h: &PodHistory, name: &str) -> bool {
     let with = h.first(name, |s| {
@@ -80,9 +54,15 @@ async fn orphaned_pods_fail_with_disruption_target_then_go() {
     kubelet::create_node(&client, "healthy", true, vec![])
         .await
         .expect("node");
-    bound_pod(&pods, "running-orphan", "doomed", None).await;
-    bound_pod(&pods, "done-orphan", "doomed", Some(0)).await;
-    bound_pod(&pods, "safe", "healthy", None).await;
+    create_bound_pod(&pods, "running-orphan", "doomed", None)
+        .await
+        .expect("pod");
+    create_bound_pod(&pods, "done-orphan", "doomed", Some(0))
+        .await
+        .expect("pod");
+    create_bound_pod(&pods, "safe", "healthy", None)
+        .await
+        .expect("pod");
     let history = PodHistory::start(&client, &ns.name).await;
     let _gc = start(&cp, fast(12_500), FeatureGates::default()).await;
     Api::<Node>::all(client.clone())
@@ -128,7 +108,9 @@ async fn gate_off_orphans_fail_without_the_condition() {
     kubelet::create_node(&client, "doomed", true, vec![])
         .await
         .expect("node");
-    bound_pod(&pods, "orphan", "doomed", None).await;
+    create_bound_pod(&pods, "orphan", "doomed", None)
+        .await
+        .expect("pod");
     let history = PodHistory::start(&client, &ns.name).await;
     let off = FeatureGates::default().with(Feature::PodDisruptionConditions, false);
     let _gc = start(&cp, fast(12_500), off).await;
@@ -155,11 +137,15 @@ async fn terminated_pods_over_threshold_oldest_first() {
         .await
         .expect("node");
     for (i, name) in ["t0", "t1", "t2", "t3"].iter().enumerate() {
-        bound_pod(&pods, name, "n", Some(i32::try_from(i).unwrap_or(1))).await;
+        create_bound_pod(&pods, name, "n", Some(i32::try_from(i).unwrap_or(1)))
+            .await
+            .expect("pod");
         // Creation timestamps have one-second resolution: space them out.
         tokio::time::sleep(Duration::from_millis(1100)).await;
     }
-    bound_pod(&pods, "running", "n", None).await;
+    create_bound_pod(&pods, "running", "n", None)
+        .await
+        .expect("pod");
     let _gc = start(&cp, fast(2), FeatureGates::default()).await;
     wait_gone(&pods, "t0", T).await.expect("oldest removed");
     wait_gone(&pods, "t1", T)
@@ -195,8 +181,12 @@ async fn terminating_pods_on_out_of_service_nodes_and_unscheduled_ones() {
     kubelet::create_node(&client, "down-untainted", false, vec![])
         .await
         .expect("node");
-    bound_pod(&pods, "stuck", "down", None).await;
-    bound_pod(&pods, "waiting", "down-untainted", None).await;
+    create_bound_pod(&pods, "stuck", "down", None)
+        .await
+        .expect("pod");
+    create_bound_pod(&pods, "waiting", "down-untainted", None)
+        .await
+        .expect("pod");
     // Graceful deletes of bound pods leave them terminating (no kubelet).
     pods.delete("stuck", &DeleteParams::default())
         .await
@@ -205,7 +195,7 @@ async fn terminating_pods_on_out_of_service_nodes_and_unscheduled_ones() {
         .await
         .expect("delete");
     // An unscheduled pod held by a finalizer stays terminating too.
-    pods.create(&PostParams::default(), &pod("unscheduled", true))
+    pods.create(&PostParams::default(), &simple_pod("unscheduled", true))
         .await
         .expect("create");
     pods.delete("unscheduled", &DeleteParams::default())

@@ -16,6 +16,26 @@ use kcm_runtime::controller::Settings;
 use kube::Api;
 use kube::api::ListParams;
 
+/// A Job named `name` with a one-container `restartPolicy: Never` template
+/// and the given spec fields on top.
+pub fn job(name: &str, spec: serde_json::Value) -> Job {
+    let mut j = serde_json::json!({
+        "metadata": { "name": name },
+        "spec": {
+            "template": { "spec": {
+                "restartPolicy": "Never",
+                "containers": [{ "name": "main", "image": "busybox" }]
+            }}
+        }
+    });
+    if let (Some(dst), Some(src)) = (j["spec"].as_object_mut(), spec.as_object()) {
+        for (k, v) in src {
+            dst.insert(k.clone(), v.clone());
+        }
+    }
+    serde_json::from_value(j).expect("job")
+}
+
 pub enum Controller {
     Ours(InProcess),
     Upstream(UpstreamKcm),
