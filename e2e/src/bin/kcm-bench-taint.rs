@@ -69,10 +69,14 @@ async fn run(flags: &Flags, upstream: bool) -> anyhow::Result<Run> {
     let qps = format!("--kube-api-qps={}", flags.qps);
     let burst = format!("--kube-api-burst={}", flags.burst);
     let mut child = if upstream {
+        // Upstream's taint-eviction-controller relies on a spec.nodeName pod
+        // index that only the daemonset (or node-lifecycle) controller
+        // installs; with no DaemonSets the daemonset controller does nothing
+        // else.
         tokio::process::Command::new(binaries::ensure_built()?.join("kcm-e2e-controller-manager"))
             .arg(format!("--kubeconfig={}", cp.kubeconfig().display()))
             .args([
-                "--controllers=taint-eviction-controller",
+                "--controllers=taint-eviction-controller,daemonset-controller",
                 "--leader-elect=false",
                 "--secure-port=0",
             ])
