@@ -133,3 +133,52 @@ fn a_port_in_use_is_one_clear_error() {
     );
     assert!(!dir.path().join("s").exists(), "nothing left behind");
 }
+
+#[test]
+fn an_api_server_that_never_gets_healthy_is_one_clear_error() {
+    let bin = binaries::ensure_built()
+        .expect("built")
+        .join("kcm-e2e-apiserver");
+    let dir = tempfile::tempdir().expect("tmp");
+    let state = dir.path().join("s");
+    let out = Command::new(bin)
+        .arg(format!("--dir={}", state.display()))
+        .arg("--ready-timeout=1ms")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains("did not become healthy"), "{err}");
+    assert!(!state.exists(), "nothing left behind");
+}
+
+#[test]
+fn a_missing_go_toolchain_is_one_clear_error() {
+    let script = binaries::repo_root()
+        .join("e2e")
+        .join("harness")
+        .join("build.sh");
+    let out_dir = tempfile::tempdir().expect("tmp");
+    if std::path::Path::new("/usr/bin/go").exists() || std::path::Path::new("/bin/go").exists() {
+        eprintln!("go is installed in /usr/bin or /bin; cannot hide it from PATH here");
+        return;
+    }
+    let out = Command::new("/bin/bash")
+        .arg(&script)
+        .arg(out_dir.path())
+        .env("PATH", "/usr/bin:/bin")
+        .env_remove("GOROOT")
+        .output();
+    // Core utilities stay on PATH; the Go toolchain does not.
+    let out = out.expect("bash");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("error:") && l.contains("Go toolchain")),
+        "{err}"
+    );
+}
