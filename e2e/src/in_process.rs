@@ -1,6 +1,11 @@
 //! Runs kcm-rs controllers inside a test process against a control plane,
 //! wired exactly as the kcm-rs binary wires them (shared informers, one
 //! rate-limited client per controller), with settings a test may shorten.
+//! [`start`] runs them on the caller's runtime; [`start_detached`] on a
+//! runtime of their own, for controllers shared by every test of a binary.
+
+use std::path::Path;
+use std::time::Duration;
 
 use kcm_features::FeatureGates;
 use kcm_runtime::controller::{ControllerContext, ControllerSpec, Settings};
@@ -29,14 +34,24 @@ pub async fn start(
     settings: Settings,
     features: FeatureGates,
 ) -> Result<InProcess, HarnessError> {
-    let kc = Kubeconfig::read_from(cp.kubeconfig()).map_err(|e| HarnessError::Kubeconfig {
-        path: cp.kubeconfig().to_path_buf(),
+    start_at(cp.kubeconfig(), specs, settings, features).await
+}
+
+/// [`start`] against the cluster of a kubeconfig file.
+async fn start_at(
+    kubeconfig: &Path,
+    specs: &[ControllerSpec],
+    settings: Settings,
+    features: FeatureGates,
+) -> Result<InProcess, HarnessError> {
+    let kc = Kubeconfig::read_from(kubeconfig).map_err(|e| HarnessError::Kubeconfig {
+        path: kubeconfig.to_path_buf(),
         message: e.to_string(),
     })?;
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| HarnessError::Kubeconfig {
-            path: cp.kubeconfig().to_path_buf(),
+            path: kubeconfig.to_path_buf(),
             message: e.to_string(),
         })?;
     let informers = InformerFactory::new(kube::Client::try_from(config.clone())?);
@@ -60,4 +75,99 @@ pub async fn start(
     informers.start(stop.child_token());
     informers.wait_for_sync().await;
     Ok(InProcess { informers, stop })
+}
+
+/// How long [`start_detached`] waits for the controllers' informers to sync.
+const DETACHED_START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Controllers started by [`start_detached`]: they run on a multi-threaded
+/// runtime of their own thread, so they outlive the runtime of the test
+/// that started them (every `#[tokio::test]` has its own), and can be kept
+/// in a `static` and shared by all tests of a binary. Dropping it stops
+/// them and joins the thread.
+pub struct Detached {
+    stop: CancellationToken,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// [`start`] on a runtime of its own (see [`Detached`]). Blocks the calling
+/// thread until every informer synced, for at most a minute; callable from
+/// inside an async test.
+pub fn start_detached(
+    cp: &ControlPlane,
+    specs: &[ControllerSpec],
+    settings: Settings,
+    features: FeatureGates,
+) -> Result<Detached, HarnessError> {
+    let kubeconfig = cp.kubeconfig().to_path_buf();
+    let specs = specs.to_vec();
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    let (tx, rx) = std::sync::mpsc::channel::<Result<(), HarnessError>>();
+    let thread = std::thread::Builder::new()
+        .name("kcm-in-process".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = tx.send(Err(e.into()));
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                // Dropped before it is up (it timed out): give up starting.
+                let started = tokio::select! {
+                    started = start_at(&kubeconfig, &specs, settings, features) => started,
+                    () = token.cancelled() => return,
+                };
+                match started {
+                    Ok(running) => {
+                        let _ = tx.send(Ok(()));
+                        token.cancelled().await;
+                        drop(running);
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                }
+            });
+            rt.shutdown_timeout(Duration::from_secs(5));
+        })?;
+    let detached = Detached {
+        stop,
+        thread: Some(thread),
+    };
+    match rx.recv_timeout(DETACHED_START_TIMEOUT) {
+        Ok(Ok(())) => Ok(detached),
+        Ok(Err(e)) => Err(e),
+        Err(e) => Err(HarnessError::NotHealthy {
+            reason: format!(
+                "in-process controllers not synced within {DETACHED_START_TIMEOUT:?}: {e}"
+            ),
+            log_tail: String::new(),
+        }),
+    }
+}
+
+/// Sends `tracing` output of in-process controllers to the test's captured
+/// output, filtered by `RUST_LOG` (errors only when it is unset). Call it once
+/// per test binary, before starting controllers; later calls do nothing.
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
 }

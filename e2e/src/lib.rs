@@ -7,6 +7,7 @@ pub mod apply;
 pub mod binaries;
 pub mod control_plane;
 pub mod error;
+pub mod events;
 pub mod history;
 pub mod in_process;
 pub mod kubelet;

@@ -9,9 +9,10 @@
 mod support;
 
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use kcm_e2e::in_process::Detached;
 use kcm_e2e::{ControlPlane, TestNamespace, UpstreamKcm};
 use kcm_features::FeatureGates;
 use kube::Api;
@@ -23,7 +24,7 @@ struct Planes {
     upstream: ControlPlane,
     kcm: UpstreamKcm,
     ours: ControlPlane,
-    _ours: Ours,
+    _ours: Detached,
 }
 
 /// Evicts a canary pod, so scenarios start only once the controller acts.
@@ -45,22 +46,17 @@ fn warm_up(cp: &ControlPlane, who: &str) {
                 .name;
             let node = format!("{ns}-canary");
             create_node(&client, &node, &["canary"]).await;
+            let history = watch_pods(&client, &ns).await;
             let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-            create_pod(&pods, &pod("canary", &node, &[])).await;
-            let start = Instant::now();
-            while pods
-                .get_opt("canary")
+            pods.create(&Default::default(), &pod("canary", &node, &[]))
                 .await
-                .ok()
-                .flatten()
-                .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
-            {
-                assert!(
-                    start.elapsed() < Duration::from_secs(90),
-                    "{who}'s controller never evicted the canary"
-                );
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
+                .expect("create pod");
+            assert!(
+                history
+                    .wait_deleting("canary", None, Duration::from_secs(90))
+                    .await,
+                "{who}'s controller never evicted the canary"
+            );
         });
     })
     .join()
@@ -88,7 +84,7 @@ fn planes() -> &'static Planes {
             &[],
         )
         .expect("upstream kube-controller-manager");
-        let ours_controller = start_ours(ours.kubeconfig(), FeatureGates::default());
+        let ours_controller = start_ours(&ours, FeatureGates::default());
         warm_up(&upstream, "upstream");
         warm_up(&ours, "our");
         Planes {

@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
+use kcm_e2e::in_process::Detached;
 use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::{Feature, FeatureGates};
 use kube::Api;
@@ -18,9 +19,9 @@ use support::*;
 
 /// The shared control plane with our controller (default gates) watching it.
 fn plane() -> &'static ControlPlane {
-    static OURS: OnceLock<Ours> = OnceLock::new();
+    static OURS: OnceLock<Detached> = OnceLock::new();
     let cp = kcm_e2e::shared();
-    OURS.get_or_init(|| start_ours(cp.kubeconfig(), FeatureGates::default()));
+    OURS.get_or_init(|| start_ours(cp, FeatureGates::default()));
     cp
 }
 
@@ -99,10 +100,15 @@ async fn a_recreated_namesake_gets_a_fresh_countdown() {
         .expect("ns")
         .name;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let history = History::start(&client, &ns).await;
+    let history = watch_pods(&client, &ns).await;
     let node = format!("{ns}-n1");
     create_node(&client, &node, &["dedicated"]).await;
-    create_pod(&pods, &pod("p", &node, &[("dedicated", Some(5))])).await;
+    pods.create(
+        &Default::default(),
+        &pod("p", &node, &[("dedicated", Some(5))]),
+    )
+    .await
+    .expect("create pod");
     tokio::time::sleep(Duration::from_secs(2)).await;
     pods.delete("p", &DeleteParams::default().grace_period(0))
         .await
@@ -118,7 +124,7 @@ async fn a_recreated_namesake_gets_a_fresh_countdown() {
     let uid = second.metadata.uid.clone();
     assert!(
         history
-            .wait_deleted("p", uid.as_deref(), Duration::from_secs(12))
+            .wait_deleting("p", uid.as_deref(), Duration::from_secs(12))
             .await,
         "the namesake is still evicted when its own toleration runs out"
     );
@@ -146,7 +152,7 @@ async fn a_recreated_namesake_gets_a_fresh_countdown() {
 async fn gate_off_deletes_without_condition() {
     let cp = ControlPlane::start().expect("control plane");
     let _ours = start_ours(
-        cp.kubeconfig(),
+        &cp,
         FeatureGates::default().with(Feature::PodDisruptionConditions, false),
     );
     let client = cp.client().await.expect("client");

@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kcm_e2e::history::PodHistory;
 use kcm_e2e::{TestNamespace, kubelet};
 use kube::Api;
 use kube::api::DeleteParams;
@@ -32,7 +33,7 @@ struct Scene {
     client: kube::Client,
     ns: String,
     pods: Api<Pod>,
-    history: History,
+    history: PodHistory,
 }
 
 impl Scene {
@@ -41,7 +42,7 @@ impl Scene {
             .await
             .expect("namespace")
             .name;
-        let history = History::start(client, &ns).await;
+        let history = watch_pods(client, &ns).await;
         Scene {
             client: client.clone(),
             pods: Api::namespaced(client.clone(), &ns),
@@ -66,14 +67,9 @@ impl Scene {
 
     /// Waits until every listed pod is seen deleted or `deadline` passes.
     async fn wait_deleted(&self, pods: &[(&str, Option<&str>)], deadline: Instant) {
-        while Instant::now() < deadline {
-            if pods
-                .iter()
-                .all(|(n, u)| self.history.deleted_at(n, *u).is_some())
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        for (name, uid) in pods {
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.history.wait_deleting(name, *uid, left).await;
         }
     }
 
@@ -264,7 +260,10 @@ pub async fn node_deleted(client: &kube::Client) -> Run {
     create_node(client, &node, &["dedicated"]).await;
     let (created, _) = s.create(pod("p", &node, &[("dedicated", Some(4))])).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    delete_node(client, &node).await;
+    Api::<Node>::all(client.clone())
+        .delete(&node, &DeleteParams::default())
+        .await
+        .expect("delete node");
     s.wait_deleted(&[("p", None)], created + Duration::from_secs(12))
         .await;
     let p = s.observe("p", None, created, &[s.marking("p")]).await;
