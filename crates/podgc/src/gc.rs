@@ -43,6 +43,26 @@ pub struct PodGc {
     pub quarantine: Duration,
 }
 
+/// Puts node names under quarantine: a name already waiting keeps its
+/// earlier time, so the quarantine counts from the first sighting.
+pub fn quarantine(queue: &WorkQueue<String>, missing: &BTreeSet<String>, period: Duration) {
+    for node in missing {
+        queue.add_after(node.clone(), period);
+    }
+}
+
+/// Takes every name whose quarantine is over (upstream drains the delaying
+/// queue while it has ready items). None when the queue shut down.
+pub async fn take_due(queue: &WorkQueue<String>) -> Option<Vec<String>> {
+    let mut due = Vec::new();
+    while !queue.is_empty() {
+        let name = queue.get().await?;
+        queue.done(&name);
+        due.push(name);
+    }
+    Some(due)
+}
+
 impl PodGc {
     /// Status patch (if any) then force delete; a failed patch means no delete.
     async fn mark_failed_and_delete(&self, c: &Collect) -> Result<(), GcError> {
@@ -83,26 +103,25 @@ impl PodGc {
             .await;
     }
 
-    /// Moves nodes whose quarantine is over out of the queue and keeps those
-    /// a live GET confirms gone. None when the queue shut down.
+    /// Node names whose quarantine is over and that a live GET confirms
+    /// gone. None when the queue shut down.
     async fn discover_deleted_nodes(
         &self,
         existing: &BTreeSet<String>,
     ) -> Option<BTreeSet<String>> {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let mut deleted = BTreeSet::new();
-        while !self.queue.is_empty() {
-            let name = self.queue.get().await?;
-            if !existing.contains(&name) {
-                match nodes.get_opt(&name).await {
-                    Ok(None) => {
-                        deleted.insert(name.clone());
-                    }
-                    Ok(Some(_)) => {}
-                    Err(e) => tracing::warn!(node = %name, "checking whether the node exists: {e}"),
-                }
+        for name in take_due(&self.queue).await? {
+            if existing.contains(&name) {
+                continue;
             }
-            self.queue.done(&name);
+            match nodes.get_opt(&name).await {
+                Ok(None) => {
+                    deleted.insert(name);
+                }
+                Ok(Some(_)) => {}
+                Err(e) => tracing::warn!(node = %name, "checking whether the node exists: {e}"),
+            }
         }
         Some(deleted)
     }
@@ -118,9 +137,7 @@ impl PodGc {
         }
         self.collect_concurrently(&plan.terminated).await;
         self.collect_concurrently(&plan.out_of_service).await;
-        for node in &plan.missing_nodes {
-            self.queue.add_after(node.clone(), self.quarantine);
-        }
+        quarantine(&self.queue, &plan.missing_nodes, self.quarantine);
         let existing: BTreeSet<String> = nodes
             .iter()
             .filter_map(|n| n.metadata.name.clone())
@@ -151,5 +168,32 @@ impl PodGc {
             }
         }
         self.queue.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kcm_runtime::workqueue::RateLimit;
+
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn quarantine_counts_from_the_first_sighting() {
+        let q = WorkQueue::new("orphaned_pods_nodes_test", RateLimit::default());
+        let gone = BTreeSet::from(["n1".to_string()]);
+        let period = Duration::from_secs(40);
+        quarantine(&q, &gone, period);
+        assert_eq!(take_due(&q).await, Some(vec![]));
+        tokio::time::advance(Duration::from_secs(20)).await;
+        // Seen again 20 s later: still due at 40 s after the first sighting.
+        quarantine(&q, &gone, period);
+        assert_eq!(take_due(&q).await, Some(vec![]));
+        tokio::time::advance(Duration::from_secs(19)).await;
+        assert_eq!(take_due(&q).await, Some(vec![]));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(take_due(&q).await, Some(vec!["n1".to_string()]));
+        assert_eq!(take_due(&q).await, Some(vec![]), "taken once");
+        q.shutdown();
+        assert_eq!(take_due(&q).await, Some(vec![]));
     }
 }
