@@ -194,6 +194,7 @@ pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, Harness
         .await
         .map_err(|e| err(e.to_string()))?;
     config.read_timeout = Some(Duration::from_secs(60));
+    config.default_retry = false;
     Ok(kube::Client::try_from(config)?)
 }
 

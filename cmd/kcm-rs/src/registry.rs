@@ -1,6 +1,10 @@
-//! The controllers this build of kcm-rs can run, by KCM name. Each lands
-//! here when its issue is done.
+//! The controllers kcm-rs runs, by KCM name.
 
 use kcm_runtime::controller::ControllerSpec;
 
-pub const REGISTRY: &[ControllerSpec] = &[kcm_job::SPEC, kcm_podgc::SPEC, kcm_taint_eviction::SPEC];
+pub const REGISTRY: &[ControllerSpec] = &[
+    kcm_job::SPEC,
+    kcm_podgc::SPEC,
+    kcm_taint_eviction::SPEC,
+    kcm_disruption::SPEC,
+];

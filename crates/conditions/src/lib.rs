@@ -7,6 +7,7 @@
 pub mod disruption;
 pub mod job;
 pub mod patch;
+pub mod pdb;
 pub mod pod;
 
 pub use disruption::{DISRUPTION_TARGET, disruption_target};

@@ -1,0 +1,176 @@
+//! Expected and desired pod counts of a PDB (`getExpectedPodCount`,
+//! `getExpectedScale`): integer `minAvailable` counts the selected pods;
+//! `maxUnavailable` and percentage `minAvailable` sum the scale of the
+//! pods' distinct controllers, found by [`Finder`]s.
+
+use std::collections::HashMap;
+use std::future::Future;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+/// Why the expected count could not be computed; the text is what upstream
+/// puts in the event and the `SyncFailed` condition message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExpectedError {
+    #[error("invalid value for IntOrString: {0}")]
+    IntOrPercent(String),
+    #[error("found no controllers for pod {0:?}")]
+    NoController(String),
+    #[error("unexpected GroupVersion string: {0}")]
+    GroupVersion(String),
+    /// A lookup failed (RESTMapping, scale GET, discovery); already worded.
+    #[error("{0}")]
+    Lookup(String),
+}
+
+/// A controller that claimed a pod, keyed by its UID, with its desired
+/// replica count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerScale {
+    pub uid: String,
+    pub replicas: i32,
+}
+
+/// Finds the scale of a pod's controller: `Ok(None)` when no finder claims
+/// it (unknown kind, not found, UID mismatch).
+pub trait Finder {
+    fn find(
+        &self,
+        owner: &OwnerReference,
+        namespace: &str,
+    ) -> impl Future<Output = Result<Option<ControllerScale>, ExpectedError>> + Send;
+}
+
+/// The outcome of [`expected_pod_count`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Expected {
+    pub expected_count: i32,
+    pub desired_healthy: i32,
+    /// Names of selected pods without a controller (only looked for when
+    /// the scale is needed).
+    pub unmanaged: Vec<String>,
+}
+
+/// `intstr.GetScaledValueFromIntOrPercent(v, total, roundUp=true)`.
+pub fn scaled_value(v: &IntOrString, total: i32) -> Result<i32, ExpectedError> {
+    match v {
+        IntOrString::Int(i) => Ok(*i),
+        IntOrString::String(s) => {
+            let Some(num) = s.strip_suffix('%') else {
+                return Err(ExpectedError::IntOrPercent(
+                    "invalid type: string is not a percentage".into(),
+                ));
+            };
+            let p: i64 = parse_atoi(num).ok_or_else(|| {
+                ExpectedError::IntOrPercent(format!(
+                    "invalid value {s:?}: strconv.Atoi: parsing {num:?}: invalid syntax"
+                ))
+            })?;
+            // Go computes in float64 and ceils (round up) before int().
+            let v = (p as f64 * f64::from(total) / 100.0).ceil();
+            Ok(v.clamp(f64::from(i32::MIN), f64::from(i32::MAX)) as i32)
+        }
+    }
+}
+
+/// `strconv.Atoi`: optional sign and decimal digits only.
+fn parse_atoi(s: &str) -> Option<i64> {
+    let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// The pod's controller ownerReference, if any.
+pub fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
+    pod.metadata
+        .owner_references
+        .as_deref()?
+        .iter()
+        .find(|o| o.controller == Some(true))
+}
+
+/// Sum of the distinct controllers' scale over `pods`, plus the names of
+/// pods without a controller. The first finder error aborts.
+pub async fn expected_scale<F: Finder>(
+    pods: &[&Pod],
+    finder: &F,
+) -> Result<(i32, Vec<String>), ExpectedError> {
+    let mut scales: HashMap<String, i32> = HashMap::new();
+    let mut unmanaged = Vec::new();
+    for pod in pods {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let Some(owner) = controller_of(pod) else {
+            unmanaged.push(name);
+            continue;
+        };
+        if scales.contains_key(&owner.uid) {
+            continue;
+        }
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        match finder.find(owner, ns).await? {
+            // Keyed by the UID the finder reports: a Deployment's, for pods
+            // of its ReplicaSets (upstream keeps this quirk: a later pod of
+            // the same ReplicaSet looks it up again, same result).
+            Some(s) => {
+                scales.insert(s.uid, s.replicas);
+            }
+            None => return Err(ExpectedError::NoController(name)),
+        }
+    }
+    let total = scales.values().fold(0i32, |a, b| a.wrapping_add(*b));
+    Ok((total, unmanaged))
+}
+
+/// `getExpectedPodCount`.
+pub async fn expected_pod_count<F: Finder>(
+    spec: &PodDisruptionBudgetSpec,
+    pods: &[&Pod],
+    finder: &F,
+) -> Result<Expected, ExpectedError> {
+    if let Some(max_unavailable) = &spec.max_unavailable {
+        let (expected_count, unmanaged) = expected_scale(pods, finder).await?;
+        let max = scaled_value(max_unavailable, expected_count)?;
+        return Ok(Expected {
+            expected_count,
+            desired_healthy: expected_count.saturating_sub(max).max(0),
+            unmanaged,
+        });
+    }
+    match &spec.min_available {
+        Some(IntOrString::Int(min)) => Ok(Expected {
+            expected_count: i32::try_from(pods.len()).unwrap_or(i32::MAX),
+            desired_healthy: *min,
+            unmanaged: Vec::new(),
+        }),
+        Some(min @ IntOrString::String(_)) => {
+            let (expected_count, unmanaged) = expected_scale(pods, finder).await?;
+            Ok(Expected {
+                expected_count,
+                desired_healthy: scaled_value(min, expected_count)?,
+                unmanaged,
+            })
+        }
+        None => Ok(Expected::default()),
+    }
+}
+
+/// `schema.ParseGroupVersion`: "" and "/" are the empty version, "v1" has
+/// the empty group, "g/v" splits, more slashes are an error.
+pub fn parse_group_version(api_version: &str) -> Result<(&str, &str), ExpectedError> {
+    if api_version.is_empty() || api_version == "/" {
+        return Ok(("", ""));
+    }
+    match api_version.matches('/').count() {
+        0 => Ok(("", api_version)),
+        1 => Ok(api_version.split_once('/').unwrap_or(("", api_version))),
+        _ => Err(ExpectedError::GroupVersion(api_version.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests;

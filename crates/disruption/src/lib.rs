@@ -1,0 +1,99 @@
+//! The disruption controller (KCM `disruption-controller`, alias
+//! `disruption`; pkg/controller/disruption of 1.34).
+//!
+//! It keeps every PodDisruptionBudget's status current — `currentHealthy`,
+//! `desiredHealthy`, `expectedPods`, `disruptionsAllowed`, `disruptedPods`
+//! (entries the eviction API wrote, dropped after 2 minutes), the
+//! `DisruptionAllowed` condition — and, with `PodDisruptionConditions` on,
+//! resets `DisruptionTarget=True` conditions left on pods that were never
+//! deleted.
+//!
+//! Layout: [`selector`], [`expected`], [`owners`], [`status`] and [`stale`]
+//! are pure; [`scale`] reads scale subresources; [`controller`] is the thin
+//! executor with the three upstream queues.
+
+pub mod clock;
+pub mod controller;
+pub mod events;
+pub mod expected;
+pub mod owners;
+pub mod scale;
+pub mod selector;
+pub mod stale;
+pub mod status;
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kcm_features::Feature;
+use kcm_runtime::controller::{ControllerContext, ControllerSpec, Health, InitError, Started};
+use kcm_runtime::events::Recorder;
+use kcm_runtime::informer::{BY_NAMESPACE, namespace_index};
+use kcm_runtime::workqueue::{RateLimit, WorkQueue};
+
+pub use crate::clock::Clock;
+pub use crate::controller::{Controller, Owners, SyncError};
+
+/// KCM's name for this controller; also its client's user agent component.
+pub const NAME: &str = "disruption-controller";
+
+/// Work-queue names (metric label `name`), as upstream.
+pub const QUEUE: &str = "disruption";
+pub const RECHECK_QUEUE: &str = "disruption_recheck";
+pub const STALE_QUEUE: &str = "stale_pod_disruption";
+
+/// The registry entry.
+pub const SPEC: ControllerSpec = ControllerSpec {
+    name: NAME,
+    aliases: &["disruption"],
+    enabled_by_default: true,
+    init,
+};
+
+/// Builds the controller from the context: takes the six informers,
+/// registers the handlers. Must run inside a tokio runtime.
+pub fn build(ctx: &ControllerContext, clock: Clock) -> Result<Arc<Controller>, InitError> {
+    let client = ctx.client(NAME)?;
+    let pods = ctx.informers.informer::<Pod>();
+    pods.add_index(BY_NAMESPACE, namespace_index());
+    let pdbs = ctx.informers.informer::<PodDisruptionBudget>();
+    pdbs.add_index(BY_NAMESPACE, namespace_index());
+    let owners = Owners {
+        rcs: ctx.informers.informer(),
+        rss: ctx.informers.informer(),
+        deployments: ctx.informers.informer(),
+        statefulsets: ctx.informers.informer(),
+    };
+    let stale_timeout = ctx
+        .features
+        .enabled(Feature::PodDisruptionConditions)
+        .then_some(ctx.settings.stale_pod_disruption_timeout);
+    let c = Arc::new(Controller {
+        scale: scale::ScaleClient::new(client.clone()),
+        recorder: Recorder::new(client.clone(), events::COMPONENT),
+        client,
+        pods,
+        pdbs,
+        owners,
+        // The main and stale queues use client-go's default controller rate
+        // limiter; the recheck queue is only delayed, never rate limited.
+        queue: WorkQueue::new(QUEUE, RateLimit::controller_default()),
+        recheck: WorkQueue::new(RECHECK_QUEUE, RateLimit::controller_default()),
+        stale: WorkQueue::new(STALE_QUEUE, RateLimit::controller_default()),
+        stale_timeout,
+        clock,
+    });
+    c.register();
+    Ok(c)
+}
+
+fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
+    let c = build(ctx, Clock::system())?;
+    let health = Health::default();
+    health.set(true);
+    Ok(Started {
+        run: Box::pin(c.run(ctx.stop.clone())),
+        health,
+    })
+}

@@ -1,0 +1,124 @@
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PodStatus;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kcm_runtime::workqueue::{RateLimit, WorkQueue};
+
+use super::*;
+use crate::clock::Clock;
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+fn at(s: i64) -> Timestamp {
+    Timestamp::from_second(2_000_000 + s).expect("valid")
+}
+
+fn pod(status: &str, reason: &str, since: Option<i64>, phase: &str) -> Pod {
+    let mut p = Pod::default();
+    p.metadata.name = Some("p".into());
+    p.metadata.namespace = Some("ns".into());
+    p.metadata.generation = Some(1);
+    p.status = Some(PodStatus {
+        phase: Some(phase.into()),
+        conditions: Some(vec![PodCondition {
+            type_: DISRUPTION_TARGET.into(),
+            status: status.into(),
+            reason: Some(reason.into()),
+            message: Some("m".into()),
+            last_transition_time: since.map(|s| Time(at(s))),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    p
+}
+
+#[test]
+fn candidates_and_wait_time() {
+    let p = pod("True", "EvictionByEvictionAPI", Some(0), "Running");
+    assert_eq!(
+        stale_wait(&p, at(30), TIMEOUT),
+        Some(Duration::from_secs(90))
+    );
+    assert_eq!(stale_wait(&p, at(500), TIMEOUT), Some(Duration::ZERO));
+    assert_eq!(
+        stale_wait(&pod("True", "X", None, "Running"), at(0), TIMEOUT),
+        Some(Duration::ZERO)
+    );
+    // Not candidates: kubelet's reason, False, terminal, being deleted.
+    assert_eq!(
+        stale_wait(
+            &pod("True", REASON_TERMINATION_BY_KUBELET, Some(0), "Running"),
+            at(500),
+            TIMEOUT
+        ),
+        None
+    );
+    assert_eq!(
+        stale_wait(&pod("False", "X", Some(0), "Running"), at(500), TIMEOUT),
+        None
+    );
+    assert_eq!(
+        stale_wait(&pod("True", "X", Some(0), "Failed"), at(500), TIMEOUT),
+        None
+    );
+    assert_eq!(
+        stale_wait(&pod("True", "X", Some(0), "Succeeded"), at(500), TIMEOUT),
+        None
+    );
+    let mut deleting = p.clone();
+    deleting.metadata.deletion_timestamp = Some(Time(at(1)));
+    assert_eq!(stale_wait(&deleting, at(500), TIMEOUT), None);
+    assert_eq!(stale_wait(&Pod::default(), at(0), TIMEOUT), None);
+}
+
+#[test]
+fn reset_sets_false_with_empty_reason_and_message() {
+    let p = pod("True", "DeletionByTaintManager", Some(0), "Running");
+    let StaleAction::Reset(next) = decide(&p, at(120), TIMEOUT) else {
+        panic!("expected a reset");
+    };
+    let c = get_pod_condition(next.status.as_ref(), DISRUPTION_TARGET).expect("condition");
+    assert_eq!(c.status, "False");
+    assert_eq!((c.reason.as_deref(), c.message.as_deref()), (None, None));
+    assert_eq!(c.last_transition_time, Some(Time(at(120))));
+    assert_eq!(c.observed_generation, Some(1));
+    assert_eq!(
+        next.metadata, p.metadata,
+        "resourceVersion kept: the PUT fails on conflict"
+    );
+    assert_eq!(
+        decide(&p, at(100), TIMEOUT),
+        StaleAction::RequeueAfter(Duration::from_secs(20))
+    );
+}
+
+/// The handler schedules at the exact remaining time and the worker's
+/// recheck fires then, on tokio's paused clock.
+#[tokio::test(start_paused = true)]
+async fn requeued_at_the_exact_remaining_time() {
+    let clock = Clock::tokio(at(0));
+    let queue: WorkQueue<String> = WorkQueue::new("stale_test", RateLimit::controller_default());
+    // The condition was set 45 s before the controller saw the pod.
+    let p = pod("True", "PreemptionByScheduler", Some(-45), "Running");
+    let wait = stale_wait(&p, clock.now(), TIMEOUT).expect("candidate");
+    assert_eq!(wait, Duration::from_secs(75));
+    queue.add_after("ns/p".into(), wait);
+
+    let start = tokio::time::Instant::now();
+    let key = queue.get().await.expect("key");
+    assert_eq!(start.elapsed(), Duration::from_secs(75));
+    assert!(matches!(
+        decide(&p, clock.now(), TIMEOUT),
+        StaleAction::Reset(_)
+    ));
+    queue.done(&key);
+
+    // Had it been popped 1 s early, the worker would requeue for exactly 1 s.
+    let early = Clock::tokio(at(74));
+    assert_eq!(
+        decide(&p, early.now(), TIMEOUT),
+        StaleAction::RequeueAfter(Duration::from_secs(1))
+    );
+    queue.shutdown();
+}
