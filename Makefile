@@ -44,6 +44,7 @@ bench: controlplane
 	target/release/kcm-bench-sim
 	target/release/kcm-bench-idle
 	target/release/kcm-bench-taint
+	target/release/kcm-bench-job
 
 fmt:
 	$(CARGO) fmt --all
