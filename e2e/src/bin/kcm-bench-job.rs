@@ -38,15 +38,23 @@ struct Flags {
     kcm_rs: PathBuf,
 }
 
-fn spawn(cp: &ControlPlane, upstream: bool, kcm_rs: &PathBuf) -> anyhow::Result<tokio::process::Child> {
+fn spawn(
+    cp: &ControlPlane,
+    upstream: bool,
+    kcm_rs: &std::path::Path,
+) -> anyhow::Result<tokio::process::Child> {
     let bin = if upstream {
         binaries::ensure_built()?.join("kcm-e2e-controller-manager")
     } else {
-        kcm_rs.clone()
+        kcm_rs.to_path_buf()
     };
     tokio::process::Command::new(bin)
         .arg(format!("--kubeconfig={}", cp.kubeconfig().display()))
-        .args(["--controllers=job-controller", "--leader-elect=false", "--secure-port=0"])
+        .args([
+            "--controllers=job-controller",
+            "--leader-elect=false",
+            "--secure-port=0",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -59,11 +67,22 @@ async fn request_counts(client: &kube::Client) -> anyhow::Result<BTreeMap<(Strin
     let req = http::Request::get("/metrics").body(Vec::new())?;
     let text = client.request_text(req).await?;
     let mut out = BTreeMap::new();
-    for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
         let label = |k: &str| {
-            line.split(&format!("{k}=\"")).nth(1).and_then(|r| r.split('"').next()).unwrap_or("").to_string()
+            line.split(&format!("{k}=\""))
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+                .to_string()
         };
-        let value: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        let value: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
         *out.entry((label("verb"), label("resource"))).or_insert(0.0) += value;
     }
     Ok(out)
@@ -89,26 +108,40 @@ fn finished(j: &Job) -> bool {
     j.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True"))
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+        })
 }
 
 async fn requests(flags: &Flags, upstream: bool) -> anyhow::Result<(BTreeMap<String, f64>, f64)> {
     let cp = ControlPlane::start()?;
     let client = cp.client().await?;
     let ns = TestNamespace::create(&client, "bench-job").await?;
-    let sim_task = tokio::spawn(sim::run(client.clone(), SimConfig::default(), Arc::new(SimStats::default())));
+    let sim_task = tokio::spawn(sim::run(
+        client.clone(),
+        SimConfig::default(),
+        Arc::new(SimStats::default()),
+    ));
     let mut child = spawn(&cp, upstream, &flags.kcm_rs)?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let before = request_counts(&client).await?;
     let t0 = Instant::now();
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
     let spec = json!({ "completions": flags.pods, "parallelism": flags.pods });
-    jobs.create(&PostParams::default(), &job("j", spec, json!({"sim.kcm-rs.io/run": "1s"}))?).await?;
+    jobs.create(
+        &PostParams::default(),
+        &job("j", spec, json!({"sim.kcm-rs.io/run": "1s"}))?,
+    )
+    .await?;
     loop {
         if finished(&jobs.get("j").await?) {
             break;
         }
-        anyhow::ensure!(t0.elapsed() < Duration::from_secs(300), "Job did not finish");
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(300),
+            "Job did not finish"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Let the last finalizer removals land.
@@ -121,7 +154,10 @@ async fn requests(flags: &Flags, upstream: bool) -> anyhow::Result<(BTreeMap<Str
         if resource != "pods" && resource != "jobs" && resource != "events" {
             continue;
         }
-        let d = v - before.get(&(verb.clone(), resource.clone())).copied().unwrap_or(0.0);
+        let d = v - before
+            .get(&(verb.clone(), resource.clone()))
+            .copied()
+            .unwrap_or(0.0);
         if d > 0.0 {
             *by_verb.entry(format!("{verb} {resource}")).or_insert(0.0) += d;
         }
@@ -142,7 +178,8 @@ async fn latency(flags: &Flags, upstream: bool) -> anyhow::Result<Vec<f64>> {
         let name = format!("j{run}");
         let spec = json!({ "completions": 1, "parallelism": 1, "backoffLimit": 6,
             "podFailurePolicy": { "rules": [{ "action": "FailJob", "onExitCodes": { "operator": "In", "values": [42] } }] } });
-        jobs.create(&PostParams::default(), &job(&name, spec, json!({}))?).await?;
+        jobs.create(&PostParams::default(), &job(&name, spec, json!({}))?)
+            .await?;
         let lp = ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}"));
         let pod = loop {
             if let Some(p) = pods.list(&lp).await?.items.into_iter().next() {
@@ -165,7 +202,8 @@ async fn latency(flags: &Flags, upstream: bool) -> anyhow::Result<Vec<f64>> {
         let t0 = Instant::now();
         let deadline = Duration::from_secs(30);
         loop {
-            let next = tokio::time::timeout(deadline.saturating_sub(t0.elapsed()), stream.next()).await;
+            let next =
+                tokio::time::timeout(deadline.saturating_sub(t0.elapsed()), stream.next()).await;
             match next {
                 Ok(Some(Ok(watcher::Event::Apply(j)))) => {
                     let has_target = j
@@ -179,7 +217,9 @@ async fn latency(flags: &Flags, upstream: bool) -> anyhow::Result<Vec<f64>> {
                     }
                 }
                 Ok(Some(_)) => {}
-                Ok(None) | Err(_) => anyhow::bail!("no FailureTarget on {name} within {deadline:?}"),
+                Ok(None) | Err(_) => {
+                    anyhow::bail!("no FailureTarget on {name} within {deadline:?}")
+                }
             }
         }
     }
@@ -201,18 +241,29 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("requests: kcm-rs ...");
     let (ours, t_ours) = requests(&flags, false).await?;
     let n = f64::from(flags.pods);
-    println!("API requests per pod for a {}-pod Job (pods, jobs, events; includes the simulated kubelet's 3 writes per pod):", flags.pods);
+    println!(
+        "API requests per pod for a {}-pod Job (pods, jobs, events; includes the simulated kubelet's 3 writes per pod):",
+        flags.pods
+    );
     println!("| verb resource | kcm-rs | upstream |");
     println!("|---|---|---|");
     let keys: std::collections::BTreeSet<&String> = theirs.keys().chain(ours.keys()).collect();
     let (mut so, mut su) = (0.0, 0.0);
     for k in keys {
-        let (o, u) = (ours.get(k).copied().unwrap_or(0.0), theirs.get(k).copied().unwrap_or(0.0));
+        let (o, u) = (
+            ours.get(k).copied().unwrap_or(0.0),
+            theirs.get(k).copied().unwrap_or(0.0),
+        );
         so += o;
         su += u;
         println!("| {k} | {:.2} | {:.2} |", o / n, u / n);
     }
-    println!("| total | {:.2} | {:.2} |  (ratio {:.2})", so / n, su / n, so / su);
+    println!(
+        "| total | {:.2} | {:.2} |  (ratio {:.2})",
+        so / n,
+        su / n,
+        so / su
+    );
     println!("wall time to Complete: kcm-rs {t_ours:.1} s, upstream {t_up:.1} s");
     eprintln!("latency: {} runs each ...", flags.runs);
     let mut up = latency(&flags, true).await?;
