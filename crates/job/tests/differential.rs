@@ -6,6 +6,12 @@
 
 mod support;
 
+// Scripted scenarios (d12-d24): checkpoints along the way must match too.
+#[path = "differential/lifecycle.rs"]
+mod lifecycle;
+#[path = "differential/pods.rs"]
+mod pods;
+
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
@@ -16,20 +22,21 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 
+use support::script::index;
 use support::*;
 
 type Kubelet = fn(&Pod, usize) -> Option<i32>;
 
-fn index(p: &Pod) -> i32 {
-    p.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("batch.kubernetes.io/job-completion-index"))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(-1)
-}
+/// What one run leaves behind: the Job outcome, pods left, Job events and
+/// pod shapes (all normalized).
+type Result_ = (
+    Outcome,
+    usize,
+    Vec<(String, String, String, i32)>,
+    Vec<String>,
+);
 
-async fn run(upstream: bool, spec: serde_json::Value, kubelet: Kubelet) -> (Outcome, usize) {
+async fn run(upstream: bool, spec: serde_json::Value, kubelet: Kubelet) -> Result_ {
     let cp = ControlPlane::start().expect("cp");
     let _c = start(&cp, upstream, FeatureGates::default()).await;
     let client = cp.client().await.expect("client");
@@ -40,11 +47,16 @@ async fn run(upstream: bool, spec: serde_json::Value, kubelet: Kubelet) -> (Outc
         .await
         .expect("create");
     drive(&jobs, &pods, "j", Duration::from_secs(90), kubelet).await;
-    // Let trailing writes (finalizer removals, counters) land.
+    // Let trailing writes (finalizer removals, counters, events) land.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let done = jobs.get("j").await.expect("job");
-    let created = job_pods(&pods, "j").await.len();
-    (normalize(outcome(&done), &ns.name), created)
+    let left = job_pods(&pods, "j").await;
+    (
+        normalize(outcome(&done), &ns.name),
+        left.len(),
+        event_summary(&client, &ns.name, "j").await,
+        pod_shapes(&left),
+    )
 }
 
 async fn compare(spec: serde_json::Value, kubelet: Kubelet) -> Outcome {
@@ -54,6 +66,14 @@ async fn compare(spec: serde_json::Value, kubelet: Kubelet) -> Outcome {
         ours.1, theirs.1,
         "pods left: kcm-rs {} vs upstream {}",
         ours.1, theirs.1
+    );
+    assert_eq!(
+        ours.2, theirs.2,
+        "events: kcm-rs (left) vs upstream (right)"
+    );
+    assert_eq!(
+        ours.3, theirs.3,
+        "pod shapes: kcm-rs (left) vs upstream (right)"
     );
     ours.0
 }

@@ -4,6 +4,7 @@
 mod claim;
 mod handlers;
 mod orphans;
+mod pod_control;
 mod sync_job;
 
 use std::collections::HashSet;

@@ -11,15 +11,15 @@ use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use tracing::Instrument;
 
 use super::JobController;
 use super::handlers::{is_finished, managed_by_other};
 use super::orphans::remove_finalizer_patch;
 use crate::metrics::metrics;
-use crate::pods::{has_tracking_finalizer, is_indexed, is_ready};
-use crate::sync::manage::{Outcome, PodWork, apply_outcome, pod_work};
+use crate::pods::is_indexed;
+use crate::sync::manage::{apply_outcome, pod_work};
 use crate::sync::tracking::{self, Tracking};
 use crate::sync::{ACTION_RECONCILING, Input, JobCtx, prepare};
 
@@ -39,15 +39,11 @@ pub enum SyncError {
     Pods(kube::Error),
 }
 
-fn is_not_found(e: &kube::Error) -> bool {
+pub(super) fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
-fn namespace_terminating(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")))
-}
-
-fn name_of(p: &Pod) -> String {
+pub(super) fn name_of(p: &Pod) -> String {
     p.metadata.name.clone().unwrap_or_default()
 }
 
@@ -61,7 +57,7 @@ impl JobController {
         Api::namespaced(self.client.clone(), ns)
     }
 
-    fn pods_api(&self, ns: &str) -> Api<Pod> {
+    pub(super) fn pods_api(&self, ns: &str) -> Api<Pod> {
         Api::namespaced(self.client.clone(), ns)
     }
 
@@ -370,205 +366,5 @@ impl JobController {
             }
         }
         (removed, error)
-    }
-
-    async fn do_pod_work(
-        &self,
-        key: &str,
-        ctx: &JobCtx,
-        work: &PodWork,
-    ) -> (Outcome, Option<kube::Error>) {
-        let ns = ctx.job.metadata.namespace.clone().unwrap_or_default();
-        let api = self.pods_api(&ns);
-        let job = &ctx.job;
-        match work {
-            PodWork::DeleteActive(pods) => {
-                let results: Vec<(String, bool, Result<(), kube::Error>)> =
-                    futures::stream::iter(pods.iter().cloned())
-                        .map(|p: Arc<Pod>| {
-                            let api = api.clone();
-                            async move {
-                                let r = api
-                                    .delete(&name_of(&p), &DeleteParams::default())
-                                    .await
-                                    .map(|_| ());
-                                (name_of(&p), is_ready(&p), r)
-                            }
-                        })
-                        .buffer_unordered(64)
-                        .collect()
-                        .await;
-                let mut out = Outcome::default();
-                let mut error = None;
-                for (name, ready, r) in results {
-                    // Upstream counts every ready pod, deleted or not.
-                    out.deleted_ready += i32::from(ready);
-                    match r {
-                        Ok(()) => {
-                            out.deleted += 1;
-                            self.event(
-                                job,
-                                false,
-                                "SuccessfulDelete",
-                                format!("Deleted pod: {name}"),
-                            );
-                        }
-                        Err(e) if is_not_found(&e) => out.deleted += 1,
-                        Err(e) => {
-                            self.event(job, true, "FailedDelete", format!("Error deleting: {e}"));
-                            error.get_or_insert(e);
-                        }
-                    }
-                }
-                (out, error)
-            }
-            PodWork::Remove(pods) => {
-                self.expectations
-                    .expect_deletions(key, i64::try_from(pods.len()).unwrap_or(i64::MAX));
-                let results: Vec<(bool, bool, Option<kube::Error>)> =
-                    futures::stream::iter(pods.iter().cloned())
-                        .map(|p: Arc<Pod>| {
-                            let api = api.clone();
-                            async move {
-                                let name = name_of(&p);
-                                if has_tracking_finalizer(&p)
-                                    && let Err(e) = api
-                                        .patch(
-                                            &name,
-                                            &PatchParams::default(),
-                                            &Patch::Strategic(remove_finalizer_patch()),
-                                        )
-                                        .await
-                                {
-                                    // NotFound on the patch counts as removed.
-                                    return (
-                                        false,
-                                        is_not_found(&e),
-                                        (!is_not_found(&e)).then_some(e),
-                                    );
-                                }
-                                match api.delete(&name, &DeleteParams::default()).await {
-                                    Ok(_) => (is_ready(&p), true, None),
-                                    Err(e) if is_not_found(&e) => (is_ready(&p), true, None),
-                                    Err(e) => (is_ready(&p), false, Some(e)),
-                                }
-                            }
-                        })
-                        .buffer_unordered(64)
-                        .collect()
-                        .await;
-                let mut out = Outcome::default();
-                let mut error = None;
-                for (ready, ok, e) in results {
-                    out.deleted_ready += i32::from(ready);
-                    if ok {
-                        out.deleted += 1;
-                    } else {
-                        self.expectations.deletion_observed(key);
-                    }
-                    if let Some(e) = e {
-                        self.event(job, true, "FailedDelete", format!("Error deleting: {e}"));
-                        error.get_or_insert(e);
-                    }
-                }
-                // Upstream lowers the expectation for NotFound too.
-                (out, error)
-            }
-            PodWork::Create(pods) => self.create_pods(key, ctx, pods).await,
-            PodWork::Backoff(_) | PodWork::Nothing => (Outcome::default(), None),
-        }
-    }
-
-    /// Slow start: batches of 1, 2, 4, ...; after a batch with an error the
-    /// rest are skipped and their expectations lowered.
-    async fn create_pods(
-        &self,
-        key: &str,
-        ctx: &JobCtx,
-        pods: &[Pod],
-    ) -> (Outcome, Option<kube::Error>) {
-        let job = &ctx.job;
-        let api = self.pods_api(job.metadata.namespace.as_deref().unwrap_or(""));
-        self.expectations
-            .expect_creations(key, i64::try_from(pods.len()).unwrap_or(i64::MAX));
-        let mut out = Outcome::default();
-        let mut error: Option<kube::Error> = None;
-        let (mut ok, mut failed) = (0u64, 0u64);
-        let mut next = 0usize;
-        let mut batch = 1usize;
-        while next < pods.len() {
-            let end = (next + batch).min(pods.len());
-            let results: Vec<Result<Pod, kube::Error>> =
-                futures::stream::iter(pods[next..end].to_vec())
-                    .map(|p: Pod| {
-                        let api = api.clone();
-                        async move { api.create(&PostParams::default(), &p).await }
-                    })
-                    .buffer_unordered(64)
-                    .collect()
-                    .await;
-            let mut batch_failed = false;
-            for r in results {
-                match r {
-                    Ok(created) => {
-                        ok += 1;
-                        self.event(
-                            job,
-                            false,
-                            "SuccessfulCreate",
-                            format!("Created pod: {}", name_of(&created)),
-                        );
-                    }
-                    // The namespace is going away: nothing to undo or report.
-                    Err(e) if namespace_terminating(&e) => {}
-                    Err(e) => {
-                        self.expectations.creation_observed(key);
-                        out.not_created += 1;
-                        failed += 1;
-                        // Upstream counts failed creations as attempted too.
-                        ok += 1;
-                        batch_failed = true;
-                        self.event(job, true, "FailedCreate", format!("Error creating: {e}"));
-                        error.get_or_insert(e);
-                    }
-                }
-            }
-            next = end;
-            if batch_failed && next < pods.len() {
-                let skipped = pods.len() - next;
-                for _ in 0..skipped {
-                    self.expectations.creation_observed(key);
-                }
-                out.not_created += i32::try_from(skipped).unwrap_or(i32::MAX);
-                break;
-            }
-            batch = (batch * 2).min(pods.len() - next).max(1);
-        }
-        let per_failed = crate::pods::only_replace_failed_pods(job)
-            && job
-                .spec
-                .as_ref()
-                .and_then(|s| s.pod_replacement_policy.as_deref())
-                == Some("Failed");
-        let reason = if per_failed && ctx.failed > 0 {
-            "recreate_failed"
-        } else if ctx.failed > 0 || ctx.terminating > 0 {
-            "recreate_terminating_or_failed"
-        } else {
-            "new"
-        };
-        if ok > 0 {
-            metrics()
-                .pods_creation
-                .with_label_values(&[reason, "succeeded"])
-                .inc_by(ok);
-        }
-        if failed > 0 {
-            metrics()
-                .pods_creation
-                .with_label_values(&[reason, "failed"])
-                .inc_by(failed);
-        }
-        (out, error)
     }
 }

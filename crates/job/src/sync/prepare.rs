@@ -96,10 +96,21 @@ pub fn prepare(input: Input) -> JobCtx {
             && !expected_rm_finalizers.contains(uid(p))
             && (!indexed || valid_index(p, &job).is_some())
     };
+    // A pod already recorded in uncounted.failed (it was terminating, counted
+    // as failed, and the sync stopped before its finalizer went) that then
+    // reached Succeeded stays a failure: tracking never moves it to
+    // succeeded. Upstream still counts it here as well, so one pod could
+    // count for both and complete the Job with `succeeded < completions`;
+    // we exclude it (deviation, only reachable after an interrupted sync).
     let new_succeeded: Vec<&Pod> = pods
         .iter()
         .map(Arc::as_ref)
-        .filter(|p| valid(p) && !uncounted_succeeded.contains(uid(p)) && phase(p) == "Succeeded")
+        .filter(|p| {
+            valid(p)
+                && !uncounted_succeeded.contains(uid(p))
+                && !uncounted_failed.contains(uid(p))
+                && phase(p) == "Succeeded"
+        })
         .collect();
     let new_failed: Vec<&Pod> = pods
         .iter()

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod script;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -118,18 +120,32 @@ pub fn outcome(job: &Job) -> Outcome {
 /// Replaces run-specific names (namespace, pod names) in messages.
 pub fn normalize(mut o: Outcome, ns: &str) -> Outcome {
     for c in &mut o.conditions {
-        let msg = c.3.replace(ns, "<ns>");
-        // "pod <ns>/<name> ..." : drop the generated pod name.
-        c.3 = match msg.find("<ns>/") {
-            Some(i) => {
-                let rest = &msg[i + 5..];
-                let end = rest.find(' ').unwrap_or(rest.len());
-                format!("{}<ns>/<pod>{}", &msg[..i], &rest[end..])
-            }
-            None => msg,
-        };
+        c.3 = normalize_message(&c.3, ns);
     }
     o
+}
+
+/// `<ns>` for the namespace, `<pod>` for the pod name in "pod <ns>/<name>"
+/// and in "...pod: <name>".
+pub fn normalize_message(msg: &str, ns: &str) -> String {
+    if let Some((head, _)) = msg.split_once("pod: ") {
+        return format!("{head}pod: <pod>");
+    }
+    // API errors name the pod: `pods "j-x7k2p" is forbidden: ...`.
+    if let Some((head, rest)) = msg.split_once("pods \"")
+        && let Some((_, tail)) = rest.split_once('"')
+    {
+        return format!("{head}pods \"<pod>\"{}", tail.replace(ns, "<ns>"));
+    }
+    let msg = msg.replace(ns, "<ns>");
+    match msg.find("<ns>/") {
+        Some(i) => {
+            let rest = &msg[i + 5..];
+            let end = rest.find(' ').unwrap_or(rest.len());
+            format!("{}<ns>/<pod>{}", &msg[..i], &rest[end..])
+        }
+        None => msg,
+    }
 }
 
 pub fn finished(job: &Job) -> bool {
@@ -195,4 +211,243 @@ pub async fn drive(
         }
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
+}
+
+/// Starts kcm-rs's job controller in this process.
+pub async fn ours(cp: &ControlPlane, gates: FeatureGates) -> InProcess {
+    in_process::start(cp, &[kcm_job::SPEC], Settings::default(), gates)
+        .await
+        .expect("kcm-rs job controller")
+}
+
+/// The tracking finalizer the controller puts on every pod it owns.
+pub const TRACKING: &str = "batch.kubernetes.io/job-tracking";
+
+pub fn has_tracking(p: &Pod) -> bool {
+    p.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == TRACKING))
+}
+
+/// Not terminal and not being deleted.
+pub fn is_active(p: &Pod) -> bool {
+    !matches!(phase(p), "Succeeded" | "Failed") && p.metadata.deletion_timestamp.is_none()
+}
+
+/// Polls Job `name` until `pred` holds.
+pub async fn wait_job(jobs: &Api<Job>, name: &str, what: &str, pred: impl Fn(&Job) -> bool) -> Job {
+    kcm_e2e::wait::wait_for(jobs, name, Duration::from_secs(30), what, pred)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Polls the pods of Job `name` until `pred` holds for them.
+pub async fn wait_pods(
+    pods: &Api<Pod>,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&[Pod]) -> bool,
+) -> Vec<Pod> {
+    let lp = ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}"));
+    kcm_e2e::wait::wait_for_list(pods, &lp, Duration::from_secs(30), what, pred)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Marks every pending pod of Job `name` Running and Ready; returns how many.
+pub async fn run_pending(pods: &Api<Pod>, name: &str) -> usize {
+    let mut n = 0;
+    for p in job_pods(pods, name).await {
+        if phase(&p) == "Pending" || phase(&p).is_empty() {
+            let pname = p.metadata.name.clone().unwrap_or_default();
+            kcm_e2e::kubelet::run_pod(pods, &pname, true)
+                .await
+                .expect("run pod");
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The name of a pod.
+pub fn name(p: &Pod) -> String {
+    p.metadata.name.clone().unwrap_or_default()
+}
+
+/// `status.startTime` of a Job, if set.
+pub fn start_time(j: &Job) -> Option<jiff::Timestamp> {
+    j.status.as_ref()?.start_time.as_ref().map(|t| t.0)
+}
+
+/// A condition of the Job as (status, reason), if present.
+pub fn condition(j: &Job, type_: &str) -> Option<(String, String)> {
+    j.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+}
+
+/// core/v1 Events about the Job `name`, as (reason, message, component).
+pub async fn job_events(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> Vec<(String, String, String)> {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
+    events
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some("Job")
+                && e.involved_object.name.as_deref() == Some(name)
+        })
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default(),
+                e.source.and_then(|s| s.component).unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Polls until an event with `reason` about Job `name` exists.
+pub async fn wait_event(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+) -> Vec<(String, String, String)> {
+    let start = std::time::Instant::now();
+    loop {
+        let evs = job_events(client, ns, name).await;
+        if evs.iter().any(|e| e.0 == reason) {
+            return evs;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no {reason} event for {name}: {evs:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Sum of the samples of metric `name` whose labels include all `labels`
+/// (`key="value"` pairs), from kcm-rs's process-wide registry.
+pub fn metric(name: &str, labels: &[(&str, &str)]) -> f64 {
+    kcm_runtime::metrics::render()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (n, rest) = series.split_once('{').unwrap_or((series, ""));
+            (n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))))
+            .then(|| value.parse::<f64>().ok())
+            .flatten()
+        })
+        .sum()
+}
+
+/// Job events as (type, reason, message) with pod names replaced by
+/// `<pod>`, each with its total `count`, sorted: what a user reading
+/// `kubectl describe job` sees, minus run-specific names and client-go's
+/// similar-event aggregation.
+pub async fn event_summary(
+    client: &kube::Client,
+    ns: &str,
+    job: &str,
+) -> Vec<(String, String, String, i32)> {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
+    let mut sum: BTreeMap<(String, String, String), i32> = BTreeMap::new();
+    for e in events
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        if e.involved_object.kind.as_deref() != Some("Job")
+            || e.involved_object.name.as_deref() != Some(job)
+        {
+            continue;
+        }
+        // client-go's aggregator rewrites the 11th+ similar event (same
+        // reason, other message) as "(combined from similar events): ...";
+        // kcm-runtime's recorder only folds identical events. Compare the
+        // totals, not the aggregation.
+        let raw = e.message.unwrap_or_default();
+        let raw = raw
+            .strip_prefix("(combined from similar events): ")
+            .unwrap_or(&raw);
+        let msg = normalize_message(raw, ns);
+        *sum.entry((
+            e.type_.unwrap_or_default(),
+            e.reason.unwrap_or_default(),
+            msg,
+        ))
+        .or_default() += e.count.unwrap_or(1);
+    }
+    sum.into_iter().map(|((t, r, m), n)| (t, r, m, n)).collect()
+}
+
+/// The shape of pods the controller created, without run-specific names:
+/// generateName, labels and annotations (the owner's UID replaced),
+/// finalizers, controller ownerReference flags, hostname/subdomain and
+/// container env.
+pub fn pod_shapes(pods: &[Pod]) -> Vec<String> {
+    let mut out: Vec<String> = pods
+        .iter()
+        .map(|p| {
+            let m = &p.metadata;
+            let controller = m
+                .owner_references
+                .as_ref()
+                .and_then(|rs| rs.iter().find(|r| r.controller == Some(true)));
+            let owner =
+                controller.map(|r| (r.kind.clone(), r.name.clone(), r.block_owner_deletion));
+            // The UID the pod was created for (its labels keep it after a
+            // release or the Job's deletion).
+            let uid = m
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("batch.kubernetes.io/controller-uid").cloned())
+                .or_else(|| controller.map(|r| r.uid.clone()))
+                .unwrap_or_default();
+            let spec = p.spec.clone().unwrap_or_default();
+            let env: Vec<_> = spec
+                .containers
+                .iter()
+                .chain(spec.init_containers.iter().flatten())
+                .map(|c| serde_json::to_string(&c.env).unwrap_or_default())
+                .collect();
+            let text = format!(
+                "generateName={:?} labels={:?} annotations={:?} finalizers={:?} owner={:?} \
+                 hostname={:?} subdomain={:?} env={:?}",
+                m.generate_name,
+                m.labels,
+                m.annotations,
+                m.finalizers,
+                owner,
+                spec.hostname,
+                spec.subdomain,
+                env
+            );
+            if uid.is_empty() {
+                text
+            } else {
+                text.replace(&uid, "<uid>")
+            }
+        })
+        .collect();
+    out.sort();
+    out
 }

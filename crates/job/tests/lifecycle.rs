@@ -1,0 +1,297 @@
+//! Job lifecycle against the real API server: a controller restart in the
+//! middle of a Job, deletion while pods run, suspend and resume, and Jobs
+//! managed by another controller.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kcm_e2e::history::{PodHistory, Seen};
+use kcm_e2e::{ControlPlane, TestNamespace};
+use kcm_features::FeatureGates;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use support::*;
+
+struct Env {
+    cp: ControlPlane,
+    client: kube::Client,
+    ns: TestNamespace,
+    jobs: Api<Job>,
+    pods: Api<Pod>,
+}
+
+/// A fresh control plane (the controller must not see other tests' objects)
+/// and a namespace on it.
+async fn env() -> Env {
+    let cp = ControlPlane::start().expect("cp");
+    let client = cp.client().await.expect("client");
+    let ns = TestNamespace::create(&client, "life").await.expect("ns");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    Env {
+        cp,
+        client,
+        ns,
+        jobs,
+        pods,
+    }
+}
+
+async fn patch_spec(jobs: &Api<Job>, name: &str, spec: serde_json::Value) {
+    jobs.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": spec })),
+    )
+    .await
+    .expect("patch job");
+}
+
+/// Stop kcm-rs while pods run, finish some pods while it is down, start a
+/// new instance: every pod is counted exactly once and no finalizer stays.
+#[tokio::test]
+async fn restart_mid_job_counts_each_pod_once() {
+    let e = env().await;
+    let first = ours(&e.cp, FeatureGates::default()).await;
+    e.jobs
+        .create(
+            &PostParams::default(),
+            &job("rs", json!({"completions": 4, "parallelism": 3})),
+        )
+        .await
+        .expect("create");
+    wait_pods(&e.pods, "rs", "3 pods", |ps| ps.len() == 3).await;
+    run_pending(&e.pods, "rs").await;
+    wait_job(&e.jobs, "rs", "ready 3", |j| {
+        j.status.as_ref().and_then(|s| s.ready) == Some(3)
+    })
+    .await;
+    drop(first);
+    // Let the old instance's workers and watches wind down.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ps = job_pods(&e.pods, "rs").await;
+    kcm_e2e::kubelet::finish_pod(&e.pods, &name(&ps[0]), 0)
+        .await
+        .expect("finish");
+    kcm_e2e::kubelet::finish_pod(&e.pods, &name(&ps[1]), 1)
+        .await
+        .expect("finish");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Nothing counted the finished pods while the controller was down.
+    let j = e.jobs.get("rs").await.expect("job");
+    assert_eq!(outcome(&j).succeeded + outcome(&j).failed, 0);
+    assert!(job_pods(&e.pods, "rs").await.iter().all(has_tracking));
+
+    let _second = ours(&e.cp, FeatureGates::default()).await;
+    // The pod left running finishes after the restart; `drive` handles the
+    // replacements.
+    kcm_e2e::kubelet::finish_pod(&e.pods, &name(&ps[2]), 0)
+        .await
+        .expect("finish");
+    let done = drive(&e.jobs, &e.pods, "rs", Duration::from_secs(50), |_, _| {
+        Some(0)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let o = outcome(&e.jobs.get("rs").await.expect("job"));
+    assert_eq!(
+        (o.succeeded, o.failed),
+        (4, 1),
+        "{o:#?} / {:#?}",
+        done.status
+    );
+    assert!(o.uncounted_empty && o.active == 0);
+    let ps = job_pods(&e.pods, "rs").await;
+    // 3 first pods, one replacement for the failure, one more completion.
+    assert_eq!(ps.len(), 5, "pods created");
+    wait_pods(&e.pods, "rs", "finalizers gone", |ps| {
+        ps.iter().all(|p| !has_tracking(p))
+    })
+    .await;
+}
+
+/// Background deletion while pods run: no garbage collector here, so the
+/// pods stay, but each one loses the tracking finalizer.
+#[tokio::test]
+async fn deleted_job_releases_every_finalizer() {
+    let e = env().await;
+    let _c = ours(&e.cp, FeatureGates::default()).await;
+    e.jobs
+        .create(
+            &PostParams::default(),
+            &job("del", json!({"completions": 5, "parallelism": 3})),
+        )
+        .await
+        .expect("create");
+    wait_pods(&e.pods, "del", "3 pods", |ps| ps.len() == 3).await;
+    run_pending(&e.pods, "del").await;
+    // One pod finished but not yet counted when the Job goes away.
+    let ps = job_pods(&e.pods, "del").await;
+    kcm_e2e::kubelet::finish_pod(&e.pods, &name(&ps[0]), 0)
+        .await
+        .expect("finish");
+    e.jobs
+        .delete("del", &DeleteParams::background())
+        .await
+        .expect("delete");
+    let ps = wait_pods(&e.pods, "del", "no tracking finalizer", |ps| {
+        ps.len() >= 3 && ps.iter().all(|p| !has_tracking(p))
+    })
+    .await;
+    // Nothing recreated pods for the deleted Job.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(job_pods(&e.pods, "del").await.len(), ps.len());
+}
+
+/// Created suspended: no pods, Suspended=True, event; resume: pods,
+/// Suspended=False JobResumed and a fresh startTime; suspend again: the
+/// active pods go (finalizer first) without being counted as failed.
+#[tokio::test]
+async fn suspend_and_resume() {
+    let e = env().await;
+    let _c = ours(&e.cp, FeatureGates::default()).await;
+    let history = PodHistory::start(&e.client, &e.ns.name).await;
+    e.jobs
+        .create(
+            &PostParams::default(),
+            &job(
+                "sus",
+                json!({"completions": 4, "parallelism": 2, "suspend": true}),
+            ),
+        )
+        .await
+        .expect("create");
+    let j = wait_job(&e.jobs, "sus", "Suspended=True", |j| {
+        condition(j, "Suspended") == Some(("True".into(), "JobSuspended".into()))
+    })
+    .await;
+    assert!(start_time(&j).is_none(), "no startTime while suspended");
+    let evs = wait_event(&e.client, &e.ns.name, "sus", "Suspended").await;
+    assert!(
+        evs.iter()
+            .any(|e| e.0 == "Suspended" && e.1 == "Job suspended" && e.2 == "job-controller")
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(job_pods(&e.pods, "sus").await.is_empty());
+
+    patch_spec(&e.jobs, "sus", json!({"suspend": false})).await;
+    let j = wait_job(&e.jobs, "sus", "resumed", |j| {
+        condition(j, "Suspended") == Some(("False".into(), "JobResumed".into()))
+            && j.status.as_ref().and_then(|s| s.active) == Some(2)
+    })
+    .await;
+    let first_start = start_time(&j).expect("startTime after resume");
+    wait_event(&e.client, &e.ns.name, "sus", "Resumed").await;
+    run_pending(&e.pods, "sus").await;
+    wait_job(&e.jobs, "sus", "ready 2", |j| {
+        j.status.as_ref().and_then(|s| s.ready) == Some(2)
+    })
+    .await;
+
+    let running: Vec<String> = job_pods(&e.pods, "sus").await.iter().map(name).collect();
+    // Suspend the running Job.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    patch_spec(&e.jobs, "sus", json!({"suspend": true})).await;
+    let j = wait_job(&e.jobs, "sus", "suspended again, no active", |j| {
+        condition(j, "Suspended").is_some_and(|c| c.0 == "True")
+            && j.status.as_ref().and_then(|s| s.active).unwrap_or(0) == 0
+    })
+    .await;
+    wait_pods(&e.pods, "sus", "pods removed", |ps| {
+        ps.iter().all(|p| !is_active(p))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let o = outcome(&e.jobs.get("sus").await.expect("job"));
+    assert_eq!(o.failed, 0, "removed pods are not failures: {o:#?}");
+    assert!(o.uncounted_empty);
+    let evs = wait_event(&e.client, &e.ns.name, "sus", "SuccessfulDelete").await;
+    for pod in &running {
+        let msg = format!("Deleted pod: {pod}");
+        assert!(
+            evs.iter().any(|e| e.0 == "SuccessfulDelete" && e.1 == msg),
+            "{msg}: {evs:#?}"
+        );
+    }
+    // Finalizer first: no pod was ever seen being deleted with the finalizer.
+    for pod in &running {
+        let seen = history.of(pod);
+        assert!(
+            seen.iter().any(|s| matches!(s, Seen::Deleted(_))),
+            "pod {pod} deleted"
+        );
+        for s in seen {
+            let (Seen::Applied(p) | Seen::Deleted(p)) = s;
+            assert!(
+                !(p.metadata.deletion_timestamp.is_some() && has_tracking(&p)),
+                "pod {pod} deleted before its finalizer was removed"
+            );
+        }
+    }
+    let _ = j;
+
+    // Resume again: startTime is reset and new pods come.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    patch_spec(&e.jobs, "sus", json!({"suspend": false})).await;
+    let j = wait_job(&e.jobs, "sus", "resumed again", |j| {
+        condition(j, "Suspended").is_some_and(|c| c.0 == "False")
+            && j.status.as_ref().and_then(|s| s.active) == Some(2)
+    })
+    .await;
+    let second_start = start_time(&j).expect("startTime");
+    assert!(
+        second_start > first_start,
+        "startTime reset: {first_start} -> {second_start}"
+    );
+    let done = drive(&e.jobs, &e.pods, "sus", Duration::from_secs(30), |_, _| {
+        Some(0)
+    })
+    .await;
+    let o = outcome(&done);
+    assert_eq!((o.succeeded, o.failed), (4, 0), "{o:#?}");
+}
+
+/// `spec.managedBy` names another controller: kcm-rs leaves the Job alone.
+#[tokio::test]
+async fn job_managed_by_another_controller_is_ignored() {
+    let e = env().await;
+    let _c = ours(&e.cp, FeatureGates::default()).await;
+    let before = metric(
+        "job_controller_jobs_by_external_controller_total",
+        &[("controller_name", "example.com/other")],
+    );
+    e.jobs
+        .create(
+            &PostParams::default(),
+            &job(
+                "ext",
+                json!({"completions": 2, "parallelism": 2, "managedBy": "example.com/other"}),
+            ),
+        )
+        .await
+        .expect("create");
+    // Ours sees it (a control Job next to it gets its pods).
+    e.jobs
+        .create(&PostParams::default(), &job("mine", json!({})))
+        .await
+        .expect("create");
+    wait_pods(&e.pods, "mine", "control job pod", |ps| ps.len() == 1).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(job_pods(&e.pods, "ext").await.is_empty(), "no pods");
+    let j = e.jobs.get("ext").await.expect("job");
+    assert_eq!(
+        j.status.clone().unwrap_or_default(),
+        Default::default(),
+        "no status written"
+    );
+    let after = metric(
+        "job_controller_jobs_by_external_controller_total",
+        &[("controller_name", "example.com/other")],
+    );
+    assert!(after >= before + 1.0, "external controller metric");
+}

@@ -1,0 +1,117 @@
+//! What users observe besides the Job status: events and metrics, and the
+//! `JobPodFailurePolicy` gate turned off.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kcm_e2e::{ControlPlane, TestNamespace};
+use kcm_features::{Feature, FeatureGates};
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::json;
+
+use support::*;
+
+/// SuccessfulCreate per pod and Completed, from `job-controller`; the sync
+/// and finished-jobs counters move.
+#[tokio::test]
+async fn events_and_metrics() {
+    let cp = ControlPlane::start().expect("cp");
+    let _c = ours(&cp, FeatureGates::default()).await;
+    let client = cp.client().await.expect("client");
+    let ns = TestNamespace::create(&client, "obs").await.expect("ns");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let syncs = |mode: &str| {
+        metric(
+            "job_controller_job_syncs_total",
+            &[("completion_mode", mode), ("result", "success")],
+        )
+    };
+    let finished_total = || {
+        metric(
+            "job_controller_jobs_finished_total",
+            &[
+                ("completion_mode", "NonIndexed"),
+                ("result", "succeeded"),
+                ("reason", "CompletionsReached"),
+            ],
+        )
+    };
+    let (syncs0, finished0) = (syncs("NonIndexed"), finished_total());
+    jobs.create(
+        &PostParams::default(),
+        &job("ev", json!({"completions": 2, "parallelism": 2})),
+    )
+    .await
+    .expect("create");
+    drive(&jobs, &pods, "ev", Duration::from_secs(30), |_, _| Some(0)).await;
+    let evs = wait_event(&client, &ns.name, "ev", "Completed").await;
+    let names: Vec<String> = job_pods(&pods, "ev").await.iter().map(name).collect();
+    assert_eq!(names.len(), 2);
+    for n in &names {
+        assert!(
+            evs.iter().any(|e| e.0 == "SuccessfulCreate"
+                && e.1 == format!("Created pod: {n}")
+                && e.2 == "job-controller"),
+            "SuccessfulCreate for {n}: {evs:#?}"
+        );
+    }
+    assert!(
+        evs.iter()
+            .any(|e| e.0 == "Completed" && e.1 == "Job completed" && e.2 == "job-controller"),
+        "{evs:#?}"
+    );
+    assert!(syncs("NonIndexed") > syncs0, "job_syncs_total increased");
+    assert!(
+        finished_total() >= finished0 + 1.0,
+        "jobs_finished_total{{reason=CompletionsReached}} increased"
+    );
+    assert!(
+        metric(
+            "job_controller_job_pods_finished_total",
+            &[("completion_mode", "NonIndexed"), ("result", "succeeded")]
+        ) >= 2.0
+    );
+    assert!(
+        metric(
+            "job_controller_job_sync_duration_seconds_count",
+            &[("completion_mode", "NonIndexed")]
+        ) > 0.0
+    );
+}
+
+/// With the gate off a FailJob rule is ignored: the failure is counted
+/// like any other and the Job goes on to complete.
+#[tokio::test]
+async fn pod_failure_policy_gate_off() {
+    let cp = ControlPlane::start().expect("cp");
+    let gates = FeatureGates::default().with(Feature::JobPodFailurePolicy, false);
+    let _c = ours(&cp, gates).await;
+    let client = cp.client().await.expect("client");
+    let ns = TestNamespace::create(&client, "gate").await.expect("ns");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    jobs.create(
+        &PostParams::default(),
+        &job(
+            "pfp",
+            json!({"completions": 1, "backoffLimit": 2,
+                   "podFailurePolicy": {"rules": [{"action": "FailJob",
+                       "onExitCodes": {"operator": "In", "values": [42]}}]}}),
+        ),
+    )
+    .await
+    .expect("create");
+    let done = drive(&jobs, &pods, "pfp", Duration::from_secs(40), |_, n| {
+        Some(if n == 0 { 42 } else { 0 })
+    })
+    .await;
+    let o = outcome(&done);
+    assert_eq!((o.failed, o.succeeded), (1, 1), "{o:#?}");
+    let types: Vec<&str> = o.conditions.iter().map(|c| c.0.as_str()).collect();
+    assert_eq!(types, vec!["SuccessCriteriaMet", "Complete"], "{o:#?}");
+}
