@@ -197,3 +197,87 @@ async fn d11_fail_index_rule() {
     .await;
     assert_eq!(o.failed_indexes.as_deref(), Some("0"));
 }
+
+#[tokio::test]
+async fn d25_ignore_rule_on_disruption_target_condition() {
+    let o = compare(
+        json!({"completions": 1, "backoffLimit": 0,
+               "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}}),
+        |_, n| Some(if n == 0 { FAIL_DISRUPTED } else { 0 }),
+    )
+    .await;
+    assert_eq!((o.failed, o.succeeded), (0, 1));
+}
+
+#[tokio::test]
+async fn d26_fail_job_rule_on_pod_condition() {
+    let o = compare(
+        json!({"completions": 1, "backoffLimit": 6,
+               "podFailurePolicy": {"rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]}}),
+        |_, _| Some(FAIL_DISRUPTED),
+    )
+    .await;
+    let last = o.conditions.last().cloned().unwrap_or_default();
+    assert_eq!(last.2, "PodFailurePolicy");
+    assert!(
+        last.3
+            .contains("has condition DisruptionTarget matching FailJob rule at index 0"),
+        "{}",
+        last.3
+    );
+}
+
+#[tokio::test]
+async fn d27_max_failed_indexes_exceeded() {
+    let o = compare(
+        json!({"completions": 4, "parallelism": 4, "completionMode": "Indexed",
+               "backoffLimitPerIndex": 0, "maxFailedIndexes": 1}),
+        |p, _| {
+            if index(p) == 1 || index(p) == 2 {
+                Some(3)
+            } else {
+                None
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        o.conditions.last().map(|c| c.2.as_str()),
+        Some("MaxFailedIndexesExceeded")
+    );
+}
+
+#[tokio::test]
+async fn d28_first_matching_rule_wins_with_not_in() {
+    let o = compare(
+        json!({"completions": 1, "backoffLimit": 6,
+        "podFailurePolicy": {"rules": [
+            {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [3]}},
+            {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [3]}}
+        ]}}),
+        |_, _| Some(5),
+    )
+    .await;
+    let last = o.conditions.last().cloned().unwrap_or_default();
+    assert!(
+        last.3
+            .ends_with("failed with exit code 5 matching FailJob rule at index 1"),
+        "{}",
+        last.3
+    );
+}
+
+#[tokio::test]
+async fn d29_count_rule_reaches_backoff_limit_after_backoff() {
+    let o = compare(
+        json!({"completions": 1, "backoffLimit": 1,
+               "podFailurePolicy": {"rules": [{"action": "Count", "onExitCodes": {"operator": "In", "values": [4]}}]}}),
+        |_, _| Some(4),
+    )
+    .await;
+    assert_eq!(o.failed, 2);
+    assert_eq!(
+        o.conditions.last().map(|c| c.2.as_str()),
+        Some("BackoffLimitExceeded")
+    );
+}

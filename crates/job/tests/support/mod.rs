@@ -161,6 +161,10 @@ pub fn finished(job: &Job) -> bool {
 /// Plays the kubelet: every pending pod of the Job gets `decide(pod)`:
 /// Some(exit code) to finish it, None to leave it running. Returns when the
 /// Job finished, with the final Job.
+/// A `drive` verdict: the kubelet fails the pod with exit code 137 and the
+/// condition `DisruptionTarget=True` (reason `TerminationByKubelet`).
+pub const FAIL_DISRUPTED: i32 = -1;
+
 pub async fn drive(
     jobs: &Api<Job>,
     pods: &Api<Pod>,
@@ -195,6 +199,22 @@ pub async fn drive(
             }
             let n = handled.len();
             match decide(&p, n) {
+                Some(FAIL_DISRUPTED) => {
+                    let now = jiff::Timestamp::now();
+                    let update = kcm_e2e::kubelet::PodStatusUpdate::default()
+                        .phase("Failed")
+                        .containers(vec![kcm_e2e::kubelet::terminated("main", 137, now)])
+                        .condition(kcm_e2e::kubelet::condition(
+                            "DisruptionTarget",
+                            true,
+                            "TerminationByKubelet",
+                            "evicted by the test",
+                        ));
+                    kcm_e2e::kubelet::update_pod_status(pods, &pname, &update)
+                        .await
+                        .expect("fail disrupted");
+                    handled.insert(pname, ());
+                }
                 Some(code) => {
                     kcm_e2e::kubelet::finish_pod(pods, &pname, code)
                         .await
