@@ -79,6 +79,8 @@ struct Checker {
     prev_f: HashSet<String>,
     last: (i32, i32),
     terminal: Option<Vec<(String, String, String)>>,
+    /// Failures are ignored by the policy: released without being counted.
+    ignored_failures: bool,
 }
 
 fn set(v: Vec<String>) -> HashSet<String> {
@@ -203,7 +205,9 @@ fn checked_sync(w: &mut World, c: &mut Checker, crash_: Crash) -> Report {
                     "{id} released before being recorded"
                 );
             }
-            "Failed" => assert!(recorded_f, "failed {id} released before being recorded"),
+            "Failed" if !c.ignored_failures => {
+                assert!(recorded_f, "failed {id} released before being recorded")
+            }
             _ => {}
         }
     }
@@ -358,6 +362,12 @@ fn run_model(indexed: bool, completions: i32, parallelism: i32, limit: i32, prp:
         spec["podFailurePolicy"] = json!({"rules": [{"action": "FailJob",
             "onExitCodes": {"operator": "In", "values": [42]}}]});
     }
+    if prp == "Ignore" {
+        // Every failure Op::Fail produces (exit 1 or 42) is ignored.
+        spec["podReplacementPolicy"] = json!("Failed");
+        spec["podFailurePolicy"] = json!({"rules": [{"action": "Ignore",
+            "onExitCodes": {"operator": "In", "values": [1, 42]}}]});
+    }
     if indexed {
         spec["completionMode"] = json!("Indexed");
     }
@@ -365,10 +375,18 @@ fn run_model(indexed: bool, completions: i32, parallelism: i32, limit: i32, prp:
     let mut c = Checker {
         indexed,
         completions,
+        ignored_failures: prp == "Ignore",
         ..Default::default()
     };
     for op in ops {
         apply(&mut w, &mut c, op);
+        if prp == "Ignore" {
+            let failed = w.job.status.as_ref().and_then(|s| s.failed).unwrap_or(0);
+            assert_eq!(
+                failed, 0,
+                "an ignored failure changed status.failed after {op:?}"
+            );
+        }
     }
     drain(&mut w, &mut c, parallelism);
 }
@@ -385,6 +403,20 @@ proptest! {
         ops in proptest::collection::vec(op(), 0..60),
     ) {
         run_model(false, completions, parallelism, limit, prp, &ops);
+    }
+
+    /// Ignore never changes `status.failed` (failures only from Op::Fail,
+    /// all matched by the Ignore rule; no deletions, whose exit 137 counts).
+    #[test]
+    fn ignore_never_counts(
+        completions in 1i32..6,
+        parallelism in 1i32..4,
+        ops in proptest::collection::vec(
+            op().prop_filter("no deletions", |o| !matches!(o, Op::Delete(_) | Op::KubeletStop(_) | Op::Parallelism(_) | Op::Suspend(_))),
+            0..60,
+        ),
+    ) {
+        run_model(false, completions, parallelism, 0, "Ignore", &ops);
     }
 
     #[test]
