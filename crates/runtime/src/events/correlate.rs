@@ -1,7 +1,9 @@
 //! The pure half of the recorder: event names, the `Event` objects and
-//! patches written, and the correlation cache deciding between creating a
+//! patches written, the de-duplication cache deciding between creating a
 //! new event and bumping the count of an existing one (client-go's
-//! `EventCorrelator` / `eventLogger`, reduced to de-duplication).
+//! `eventLogger`), and [`EventCorrelator`] chaining similar-event
+//! aggregation, de-duplication and the spam filter the way client-go's
+//! `EventCorrelator` does. Time is always passed in, never read here.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -11,6 +13,8 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::EventType;
+use super::aggregate::{Aggregator, SimilarKey, combined_message};
+use super::spam::{SpamFilter, SpamKey};
 
 /// Identical events closer together than this are folded into one object
 /// (client-go aggregates within `defaultAggregateIntervalInSeconds`, 600 s).
@@ -23,9 +27,13 @@ const MAX_NAME_LEN: usize = 253;
 const SUFFIX_LEN: usize = 17;
 
 /// What makes two events "the same": client-go's `getEventKey` fields minus
-/// the source, which is fixed per recorder.
+/// the source, which is fixed per recorder. A combined event (see
+/// [`super::aggregate`]) has its own key per group of similar events,
+/// independent of the message, so that it is patched whatever its latest
+/// member said.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct EventKey {
+    combined: bool,
     api_version: String,
     kind: String,
     namespace: String,
@@ -42,6 +50,7 @@ impl EventKey {
     pub fn new(obj: &ObjectReference, type_: EventType, reason: &str, message: &str) -> Self {
         let s = |o: &Option<String>| o.clone().unwrap_or_default();
         EventKey {
+            combined: false,
             api_version: s(&obj.api_version),
             kind: s(&obj.kind),
             namespace: s(&obj.namespace),
@@ -51,6 +60,17 @@ impl EventKey {
             type_,
             reason: reason.to_owned(),
             message: message.to_owned(),
+        }
+    }
+
+    /// The key of the combined event for events of `type_` and `reason`
+    /// about `obj`; the field path and message do not take part.
+    pub fn combined(obj: &ObjectReference, type_: EventType, reason: &str) -> Self {
+        let mut obj = obj.clone();
+        obj.field_path = None;
+        EventKey {
+            combined: true,
+            ..EventKey::new(&obj, type_, reason, "")
         }
     }
 }
@@ -236,9 +256,97 @@ impl Correlator {
 
 /// Whether `at` is no more than `window` after `last` (a clock stepping
 /// backwards counts as within).
-fn within(last: Timestamp, at: Timestamp, window: Duration) -> bool {
+pub(super) fn within(last: Timestamp, at: Timestamp, window: Duration) -> bool {
     let elapsed = at.as_nanosecond().saturating_sub(last.as_nanosecond());
     elapsed <= i128::try_from(window.as_nanos()).unwrap_or(i128::MAX)
+}
+
+/// How to write one recorded event that passed the spam filter. Once the
+/// write succeeded, pass `key` and the entry written to
+/// [`EventCorrelator::record`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Planned {
+    /// De-duplication key (of the combined event when combined).
+    pub key: EventKey,
+    /// The message to write: the event's own, or the combined one.
+    pub message: String,
+    /// Create a new object or patch a remembered one.
+    pub decision: Decision,
+}
+
+/// Similar-event aggregation, de-duplication and spam filtering for one
+/// recorder, in client-go's order: the event is first matched against its
+/// group of similar events (possibly becoming the group's combined event),
+/// then against the events already written (create or count patch), and
+/// finally it must get a token from its object's spam bucket.
+#[derive(Debug, Default)]
+pub struct EventCorrelator {
+    aggregator: Aggregator,
+    written: Correlator,
+    spam: SpamFilter,
+}
+
+impl EventCorrelator {
+    /// Correlates from the given parts (for tests with small limits).
+    pub fn with_parts(aggregator: Aggregator, written: Correlator, spam: SpamFilter) -> Self {
+        EventCorrelator {
+            aggregator,
+            written,
+            spam,
+        }
+    }
+
+    /// Plans the write of an event recorded at `at`, or returns `None` when
+    /// the spam filter drops it. Updates the
+    /// aggregation and spam state (every recorded event counts there, as
+    /// upstream), but not the de-duplication cache: see
+    /// [`EventCorrelator::record`].
+    pub fn correlate(
+        &mut self,
+        obj: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        message: &str,
+        at: Timestamp,
+    ) -> Option<Planned> {
+        let combine = self
+            .aggregator
+            .observe(SimilarKey::new(obj, type_, reason), message, at);
+        let (key, message) = if combine {
+            (
+                EventKey::combined(obj, type_, reason),
+                combined_message(message),
+            )
+        } else {
+            (
+                EventKey::new(obj, type_, reason, message),
+                message.to_owned(),
+            )
+        };
+        // Upstream checks the spam bucket after correlation, so count
+        // patches draw tokens too.
+        if !self.spam.allow(SpamKey::new(obj, type_), at) {
+            return None;
+        }
+        let decision = self.written.decide(&key, at);
+        Some(Planned {
+            key,
+            message,
+            decision,
+        })
+    }
+
+    /// Remembers what was written for `key`. Dropped and failed writes are
+    /// not recorded, so counts reflect events that reached the API server
+    /// (upstream also counts spam-dropped repeats).
+    pub fn record(&mut self, key: EventKey, entry: CacheEntry) {
+        self.written.record(key, entry);
+    }
+
+    /// Forgets `key` (its object turned out to be gone).
+    pub fn forget(&mut self, key: &EventKey) {
+        self.written.forget(key);
+    }
 }
 
 #[cfg(test)]
@@ -419,5 +527,203 @@ mod tests {
         assert_eq!(c.len(), 1);
         c.forget(&k("d"));
         assert!(c.is_empty());
+    }
+
+    /// What the writer sent for one recorded event.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Sent {
+        Post {
+            name: String,
+            message: String,
+        },
+        Patch {
+            name: String,
+            count: i32,
+            message: String,
+        },
+        Dropped,
+    }
+
+    /// Plays the writer against an API server accepting every write.
+    #[derive(Default)]
+    struct Sim {
+        c: EventCorrelator,
+        created: u32,
+    }
+
+    impl Sim {
+        fn emit(&mut self, obj: &ObjectReference, reason: &str, message: &str, at: i64) -> Sent {
+            let at = ts(at);
+            match self
+                .c
+                .correlate(obj, EventType::Normal, reason, message, at)
+            {
+                None => Sent::Dropped,
+                Some(Planned {
+                    key,
+                    message,
+                    decision: Decision::Create,
+                }) => {
+                    self.created += 1;
+                    let name = format!("e{}", self.created);
+                    self.c.record(key, entry(&name, 1, 0, 0));
+                    Sent::Post { name, message }
+                }
+                Some(Planned {
+                    key,
+                    message,
+                    decision: Decision::Patch(e),
+                }) => {
+                    let sent = Sent::Patch {
+                        name: e.name.clone(),
+                        count: e.count,
+                        message,
+                    };
+                    self.c.record(key, CacheEntry { last: at, ..e });
+                    sent
+                }
+            }
+        }
+    }
+
+    fn post(name: &str, message: &str) -> Sent {
+        Sent::Post {
+            name: name.into(),
+            message: message.into(),
+        }
+    }
+
+    fn patch(name: &str, count: i32, message: &str) -> Sent {
+        Sent::Patch {
+            name: name.into(),
+            count,
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn similar_events_become_one_combined_event_patched_with_growing_count() {
+        let mut sim = Sim::default();
+        let job = pod_ref("pi");
+        for i in 1..=9 {
+            let m = format!("Created pod: pi-{i}");
+            assert_eq!(
+                sim.emit(&job, "SuccessfulCreate", &m, i),
+                post(&format!("e{i}"), &m)
+            );
+        }
+        // The 10th similar event within the window is the first combined
+        // one (defaultAggregateMaxEvents = 10)…
+        assert_eq!(
+            sim.emit(&job, "SuccessfulCreate", "Created pod: pi-10", 10),
+            post("e10", "(combined from similar events): Created pod: pi-10")
+        );
+        // …and the 11th and later patch it with a growing count and the
+        // latest message.
+        for i in 11..=20 {
+            assert_eq!(
+                sim.emit(&job, "SuccessfulCreate", &format!("Created pod: pi-{i}"), i),
+                patch(
+                    "e10",
+                    i32::try_from(i - 9).expect("small"),
+                    &format!("(combined from similar events): Created pod: pi-{i}")
+                )
+            );
+        }
+        // A different reason is a different group.
+        assert_eq!(
+            sim.emit(&job, "Completed", "Job completed", 21),
+            post("e11", "Job completed")
+        );
+    }
+
+    #[test]
+    fn identical_events_still_fold_by_count() {
+        let mut sim = Sim::default();
+        let p = pod_ref("p");
+        assert_eq!(sim.emit(&p, "R", "m", 0), post("e1", "m"));
+        for n in 2..=20 {
+            assert_eq!(sim.emit(&p, "R", "m", i64::from(n)), patch("e1", n, "m"));
+        }
+        assert_eq!(sim.emit(&p, "R", "other", 21), post("e2", "other"));
+        assert_eq!(sim.emit(&p, "R", "m", 22), patch("e1", 21, "m"));
+    }
+
+    #[test]
+    fn spam_filter_allows_a_burst_of_25_per_object_then_refills() {
+        let mut sim = Sim::default();
+        let p = pod_ref("p");
+        for i in 1..=25 {
+            let reason = format!("R{i}");
+            assert_eq!(
+                sim.emit(&p, &reason, "m", 0),
+                post(&format!("e{i}"), "m"),
+                "{i}"
+            );
+        }
+        assert_eq!(sim.emit(&p, "R26", "m", 0), Sent::Dropped);
+        assert_eq!(sim.emit(&p, "R27", "m", 299), Sent::Dropped);
+        // One token per 300 s (defaultSpamQPS = 1/300).
+        assert_eq!(sim.emit(&p, "R28", "m", 300), post("e26", "m"));
+        assert_eq!(sim.emit(&p, "R29", "m", 300), Sent::Dropped);
+        assert_eq!(sim.emit(&p, "R30", "m", 600), post("e27", "m"));
+    }
+
+    #[test]
+    fn objects_have_separate_spam_buckets() {
+        let mut sim = Sim::default();
+        let (p, q) = (pod_ref("p"), pod_ref("q"));
+        for i in 1..=25 {
+            assert!(matches!(
+                sim.emit(&p, &format!("R{i}"), "m", 0),
+                Sent::Post { .. }
+            ));
+        }
+        assert_eq!(sim.emit(&p, "R26", "m", 0), Sent::Dropped);
+        for i in 1..=25 {
+            assert!(matches!(
+                sim.emit(&q, &format!("R{i}"), "m", 0),
+                Sent::Post { .. }
+            ));
+        }
+        assert_eq!(sim.emit(&q, "R26", "m", 0), Sent::Dropped);
+    }
+
+    #[test]
+    fn count_patches_draw_tokens_and_drops_are_not_counted() {
+        let mut sim = Sim::default();
+        let p = pod_ref("p");
+        assert_eq!(sim.emit(&p, "R", "m", 0), post("e1", "m"));
+        for n in 2..=25 {
+            assert_eq!(sim.emit(&p, "R", "m", 1), patch("e1", n, "m"));
+        }
+        assert_eq!(sim.emit(&p, "R", "m", 2), Sent::Dropped);
+        assert_eq!(sim.emit(&p, "R", "m", 300), patch("e1", 26, "m"));
+    }
+
+    #[test]
+    fn hundred_pod_job_writes_10_posts_and_15_patches() {
+        let mut sim = Sim::default();
+        let job = pod_ref("pi");
+        let sent: Vec<Sent> = (0..100)
+            .map(|i| sim.emit(&job, "SuccessfulCreate", &format!("Created pod: pi-{i}"), 0))
+            .collect();
+        let posts = sent
+            .iter()
+            .filter(|s| matches!(s, Sent::Post { .. }))
+            .count();
+        let patches = sent
+            .iter()
+            .filter(|s| matches!(s, Sent::Patch { .. }))
+            .count();
+        assert_eq!((posts, patches, 100 - posts - patches), (10, 15, 75));
+        assert_eq!(
+            sent[24],
+            patch(
+                "e10",
+                16,
+                "(combined from similar events): Created pod: pi-24"
+            )
+        );
     }
 }

@@ -9,12 +9,24 @@
 //! * Identical events (same object, type, reason and message) within
 //!   [`CORRELATION_WINDOW`] of the previous one are folded: the existing
 //!   object's `count`, `lastTimestamp` and `message` are patched.
+//! * Similar events (same object, type and reason, different message) are
+//!   aggregated as client-go does: from the [`AGGREGATE_MAX_EVENTS`]th
+//!   distinct message within [`AGGREGATE_WINDOW`] on, they are written as
+//!   one event whose message is [`COMBINED_PREFIX`] plus the latest message,
+//!   and whose repeats are count patches (see [`aggregate`]).
+//! * Spam filter: each object (and event type) has a token bucket of
+//!   [`SPAM_BURST`] writes refilled by one every [`SPAM_REFILL_PERIOD`];
+//!   events finding it empty are dropped and counted in
+//!   `kcm_event_recorder_spam_filtered_events_total{component}` (a counter
+//!   of its own, so queue overload stays distinguishable from throttling).
 //! * [`Recorder::event`] never blocks: the event is queued to a background
 //!   task through a bounded channel, and dropped (counted in
 //!   `kcm_event_recorder_dropped_events_total{component}` and logged) when
 //!   the queue is full, as client-go's broadcaster drops when overloaded.
 
+pub mod aggregate;
 mod correlate;
+pub mod spam;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -26,10 +38,12 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use prometheus::{IntCounterVec, Opts};
 use tokio::sync::{mpsc, oneshot};
 
+pub use self::aggregate::{AGGREGATE_MAX_EVENTS, AGGREGATE_WINDOW, COMBINED_PREFIX};
 pub use self::correlate::{
-    CORRELATION_WINDOW, CacheEntry, Correlator, Decision, EventData, EventKey, MAX_CACHE_ENTRIES,
-    build_event, count_patch, event_name, event_namespace, unix_nanos,
+    CORRELATION_WINDOW, CacheEntry, Correlator, Decision, EventCorrelator, EventData, EventKey,
+    MAX_CACHE_ENTRIES, Planned, build_event, count_patch, event_name, event_namespace, unix_nanos,
 };
+pub use self::spam::{SPAM_BURST, SPAM_REFILL_PERIOD};
 
 /// Events queued before new ones are dropped (client-go's broadcaster
 /// `maxQueuedEvents`).
@@ -113,8 +127,9 @@ impl Recorder {
             client,
             component,
             instance: instance.into(),
-            correlator: Correlator::default(),
+            correlator: EventCorrelator::default(),
             last_suffix: 0,
+            filtered: 0,
         };
         tokio::spawn(writer.run(rx));
         Recorder {
@@ -210,6 +225,24 @@ fn dropped_events() -> &'static IntCounterVec {
     })
 }
 
+/// `kcm_event_recorder_spam_filtered_events_total{component}`: events
+/// dropped by the per-object spam filter. kcm-rs only; client-go drops
+/// silently.
+fn spam_filtered_events() -> &'static IntCounterVec {
+    static METRIC: OnceLock<IntCounterVec> = OnceLock::new();
+    METRIC.get_or_init(|| {
+        let c = IntCounterVec::new(
+            Opts::new(
+                "kcm_event_recorder_spam_filtered_events_total",
+                "Events dropped because their object exceeded the event rate limit.",
+            ),
+            &["component"],
+        )
+        .expect("static metric definition is valid");
+        crate::metrics::register(c)
+    })
+}
+
 /// The `reportingInstance`: the host (pod) name, or the component name when
 /// it cannot be found.
 fn hostname(component: &str) -> String {
@@ -221,13 +254,15 @@ fn hostname(component: &str) -> String {
         .unwrap_or_else(|| component.to_owned())
 }
 
-/// The background task owning the correlation cache.
+/// The background task owning the correlation state.
 struct Writer {
     client: kube::Client,
     component: &'static str,
     instance: Arc<str>,
-    correlator: Correlator,
+    correlator: EventCorrelator,
     last_suffix: u64,
+    /// Spam-filtered events so far, to rate-limit the log line.
+    filtered: u64,
 }
 
 impl Writer {
@@ -250,15 +285,6 @@ impl Writer {
     }
 
     async fn write(&mut self, p: Pending) {
-        let instance = self.instance.clone();
-        let data = EventData {
-            involved: &p.involved,
-            type_: p.type_,
-            reason: &p.reason,
-            message: &p.message,
-            component: self.component,
-            instance: &instance,
-        };
         tracing::debug!(
             component = self.component,
             kind = p.involved.kind.as_deref().unwrap_or_default(),
@@ -269,11 +295,47 @@ impl Writer {
             message = %p.message,
             "event"
         );
-        let key = EventKey::new(&p.involved, p.type_, &p.reason, &p.message);
+        let (key, message, decision) =
+            match self
+                .correlator
+                .correlate(&p.involved, p.type_, &p.reason, &p.message, p.at)
+            {
+                Some(Planned {
+                    key,
+                    message,
+                    decision,
+                }) => (key, message, decision),
+                None => {
+                    spam_filtered_events()
+                        .with_label_values(&[self.component])
+                        .inc();
+                    // Throttling is expected under event storms: log the
+                    // first drop and then every hundredth.
+                    if self.filtered.is_multiple_of(100) {
+                        tracing::info!(
+                            component = self.component,
+                            filtered = self.filtered + 1,
+                            reason = %p.reason,
+                            "too many events about one object, dropping event"
+                        );
+                    }
+                    self.filtered += 1;
+                    return;
+                }
+            };
+        let instance = self.instance.clone();
+        let data = EventData {
+            involved: &p.involved,
+            type_: p.type_,
+            reason: &p.reason,
+            message: &message,
+            component: self.component,
+            instance: &instance,
+        };
         let api: Api<Event> = Api::namespaced(self.client.clone(), &event_namespace(&p.involved));
 
-        if let Decision::Patch(entry) = self.correlator.decide(&key, p.at) {
-            let patch = count_patch(entry.count, entry.last, &p.message);
+        if let Decision::Patch(entry) = decision {
+            let patch = count_patch(entry.count, entry.last, &message);
             match api
                 .patch(&entry.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await

@@ -187,14 +187,79 @@ async fn suffixes_are_unique_within_a_nanosecond() {
         client,
         component: "c",
         instance: "i".into(),
-        correlator: Correlator::default(),
+        correlator: EventCorrelator::default(),
         last_suffix: 0,
+        filtered: 0,
     };
     let at = Timestamp::from_second(1_700_000_000).expect("ts");
     let a = w.next_suffix(at);
     let b = w.next_suffix(at);
     assert_eq!(a, unix_nanos(at));
     assert_eq!(b, a + 1);
+}
+
+#[tokio::test]
+async fn similar_events_are_combined_into_one_patched_event() {
+    let (client, seen) = mock_client(200);
+    let rec = Recorder::with_options(client, "job-controller", "i", 100);
+    for i in 1..=12 {
+        rec.event(
+            &job_ref(),
+            EventType::Normal,
+            "SuccessfulCreate",
+            format!("Created pod: pi-{i}"),
+        );
+    }
+    rec.flush().await;
+    let seen = seen.lock().clone();
+    let methods: Vec<_> = seen.iter().map(|s| s.method.clone()).collect();
+    assert_eq!(methods[..10], [Method::POST; 10]);
+    assert_eq!(methods[10..], [Method::PATCH, Method::PATCH]);
+    assert_eq!(seen[8].body["message"], "Created pod: pi-9");
+    let combined = &seen[9].body;
+    assert_eq!(
+        combined["message"],
+        "(combined from similar events): Created pod: pi-10"
+    );
+    assert_eq!(combined["reason"], "SuccessfulCreate");
+    assert_eq!(combined["count"], 1);
+    let name = combined["metadata"]["name"].as_str().expect("name");
+    assert!(name.starts_with("pi."), "{name}");
+    for (i, count) in [(10, 2), (11, 3)] {
+        assert_eq!(
+            seen[i].path,
+            format!("/api/v1/namespaces/ns1/events/{name}")
+        );
+        assert_eq!(seen[i].body["count"], count);
+    }
+    assert_eq!(
+        seen[11].body["message"],
+        "(combined from similar events): Created pod: pi-12"
+    );
+}
+
+#[tokio::test]
+async fn spam_filter_drops_and_counts_events_beyond_the_burst() {
+    let component = "spam-test-controller";
+    let metric = || spam_filtered_events().with_label_values(&[component]).get();
+    let before = metric();
+    let (client, seen) = mock_client(200);
+    let rec = Recorder::with_options(client, component, "i", 100);
+    // Distinct reasons, so neither folding nor aggregation applies.
+    for i in 1..=27 {
+        rec.event(&job_ref(), EventType::Normal, &format!("R{i}"), "m");
+    }
+    let mut other = job_ref();
+    other.name = Some("other".into());
+    rec.event(&other, EventType::Normal, "R1", "m");
+    rec.flush().await;
+    let seen = seen.lock().clone();
+    assert_eq!(seen.len(), 26, "25 about pi, 1 about other");
+    assert!(seen.iter().all(|s| s.method == Method::POST));
+    assert_eq!(seen[24].body["reason"], "R25");
+    assert_eq!(seen[25].body["involvedObject"]["name"], "other");
+    assert_eq!(metric() - before, 2);
+    assert!(crate::metrics::render().contains("kcm_event_recorder_spam_filtered_events_total"));
 }
 
 #[test]
