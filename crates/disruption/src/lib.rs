@@ -18,7 +18,7 @@ pub mod events;
 pub mod expected;
 pub mod owners;
 pub mod scale;
-pub mod selector;
+pub use kcm_runtime::selector;
 pub mod stale;
 pub mod status;
 

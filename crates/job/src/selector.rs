@@ -4,42 +4,19 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kcm_runtime::selector::Selector;
 
 /// Whether `labels` satisfy `selector`. An empty selector matches
-/// everything, as upstream's conversion does; an unknown operator matches
-/// nothing (upstream rejects such selectors).
+/// everything; a selector upstream cannot convert (unknown operator, wrong
+/// value count) matches nothing.
 pub fn matches(selector: &LabelSelector, labels: Option<&BTreeMap<String, String>>) -> bool {
-    let empty = BTreeMap::new();
-    let labels = labels.unwrap_or(&empty);
-    let by_labels = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let by_exprs = selector.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.as_deref().unwrap_or(&[]);
-        match e.operator.as_str() {
-            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
-            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
-            "Exists" => labels.contains_key(&e.key),
-            "DoesNotExist" => !labels.contains_key(&e.key),
-            _ => false,
-        }
-    });
-    by_labels && by_exprs
+    Selector::parse(Some(selector)).is_ok_and(|s| s.matches(labels))
 }
 
 /// True when the selector selects nothing in particular (no labels, no
 /// expressions): upstream's GetPodJobs skips such Jobs.
 pub fn is_empty(selector: &LabelSelector) -> bool {
-    selector
-        .match_labels
-        .as_ref()
-        .is_none_or(BTreeMap::is_empty)
-        && selector
-            .match_expressions
-            .as_ref()
-            .is_none_or(Vec::is_empty)
+    matches!(Selector::parse(Some(selector)), Ok(Selector::Everything))
 }
 
 #[cfg(test)]

@@ -9,4 +9,5 @@ pub mod expectations;
 pub mod informer;
 pub mod leader;
 pub mod metrics;
+pub mod selector;
 pub mod workqueue;

@@ -1,5 +1,5 @@
-//! PDB label selectors with `metav1.LabelSelectorAsSelector` semantics for
-//! policy/v1: a nil selector selects nothing, an empty one everything, and
+//! Label selectors with `metav1.LabelSelectorAsSelector` semantics (PDBs,
+//! Jobs): a nil selector selects nothing, an empty one everything, and
 //! malformed expressions are errors (the sync then fails safe).
 
 use std::collections::BTreeMap;
