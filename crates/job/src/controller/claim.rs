@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kcm_runtime::informer::{BY_CONTROLLER_UID, BY_NAMESPACE};
+use kcm_runtime::informer::BY_CONTROLLER_UID;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use super::JobController;
 use super::handlers::controller_of;
+use super::{BY_ORPHAN_NAMESPACE, JobController};
 use crate::pods::JOB_TRACKING_FINALIZER;
 use crate::selector;
 
@@ -63,7 +63,9 @@ impl JobController {
             return (claimed, error);
         }
         let mut checked = false;
-        for pod in self.pods.store().by_index(BY_NAMESPACE, &ns) {
+        // Only pods without a controller are candidates: an index, not a
+        // scan of every pod in the namespace on each sync.
+        for pod in self.pods.store().by_index(BY_ORPHAN_NAMESPACE, &ns) {
             if controller_of(&pod).is_some()
                 || pod.metadata.deletion_timestamp.is_some()
                 || !selector::matches(&sel, pod.metadata.labels.as_ref())

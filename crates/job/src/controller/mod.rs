@@ -31,6 +31,20 @@ pub const SYNC_JOB_BATCH_PERIOD: Duration = Duration::from_secs(1);
 pub const JOB_API_BACKOFF: Duration = Duration::from_secs(1);
 pub const MAX_JOB_API_BACKOFF: Duration = Duration::from_secs(60);
 
+/// Index name: pods without a controller ownerReference, by namespace
+/// (the adoption candidates; upstream's FilterPodsByOwner "orphan" key).
+pub const BY_ORPHAN_NAMESPACE: &str = "orphan-namespace";
+
+/// Files pods that have no controller under their namespace.
+pub fn orphan_namespace_index() -> kcm_runtime::informer::IndexFn<Pod> {
+    Arc::new(|p: &Pod| {
+        if handlers::controller_of(p).is_some() {
+            return Vec::new();
+        }
+        p.metadata.namespace.clone().into_iter().collect()
+    })
+}
+
 /// An orphan-queue item: one pod by name, or every pod a selector matches.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum OrphanKey {
