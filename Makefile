@@ -38,13 +38,12 @@ e2e: controlplane
 controlplane:
 	e2e/harness/build.sh $(E2E_BIN)
 
-## bench: benchmarks (release builds); see e2e/src/bin/kcm-bench-*.rs.
+## bench: kcm-rs against upstream KCM (release builds; not part of `test`).
+## BENCH_ARGS="--scale 0.1 --only w1,w3" for a shorter run; see e2e/src/bench/.
+BENCH_ARGS ?=
 bench: controlplane
 	$(CARGO) build --release -p kcm-rs -p kcm-e2e --bins
-	target/release/kcm-bench-sim
-	target/release/kcm-bench-idle
-	target/release/kcm-bench-taint
-	target/release/kcm-bench-job
+	target/release/kcm-bench $(BENCH_ARGS)
 
 fmt:
 	$(CARGO) fmt --all

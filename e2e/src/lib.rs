@@ -4,6 +4,7 @@
 //! kubelet, waiting helpers, and a pod lifecycle simulator.
 
 pub mod apply;
+pub mod bench;
 pub mod binaries;
 pub mod control_plane;
 pub mod error;

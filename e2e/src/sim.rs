@@ -13,6 +13,8 @@
 //! - `sim.kcm-rs.io/containers`: per-container overrides, `name=DURATION:CODE,...`.
 //! - `sim.kcm-rs.io/fail-with-condition`: `Type:Reason`; at the end the pod fails
 //!   with that condition (status True) and exit code 137.
+//! - `sim.kcm-rs.io/outcomes`: weighted outcomes per pod of a Job, and `run`
+//!   may be a range `1s..3s`; see [`outcomes`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,6 +33,9 @@ use tokio::task::JoinHandle;
 
 use crate::HarnessError;
 use crate::kubelet::{self, PodStatusUpdate};
+
+pub mod outcomes;
+use outcomes::Outcome;
 
 pub const ANN_RUN: &str = "sim.kcm-rs.io/run";
 pub const ANN_EXIT_CODE: &str = "sim.kcm-rs.io/exit-code";
@@ -103,8 +108,15 @@ pub fn parse_duration(s: &str) -> Result<Option<Duration>, String> {
     Ok(Some(d))
 }
 
-/// Reads a pod's simulator annotations.
+/// Reads a pod's simulator annotations (a range or weighted outcomes take
+/// their first choice; see [`plan_with_draw`]).
 pub fn plan_for(pod: &Pod) -> Result<PodPlan, PlanError> {
+    plan_with_draw(pod, 0)
+}
+
+/// Reads a pod's simulator annotations; `draw` picks among weighted
+/// outcomes and within a run-time range.
+pub fn plan_with_draw(pod: &Pod, draw: u64) -> Result<PodPlan, PlanError> {
     let ann = pod.metadata.annotations.clone().unwrap_or_default();
     let get = |k: &str| ann.get(k).map(String::as_str);
     let err = |key: &'static str, value: &str, why: String| PlanError {
@@ -113,10 +125,10 @@ pub fn plan_for(pod: &Pod) -> Result<PodPlan, PlanError> {
         why,
     };
     let run = match get(ANN_RUN) {
-        Some(v) => parse_duration(v).map_err(|why| err(ANN_RUN, v, why))?,
+        Some(v) => outcomes::parse_run(v, draw).map_err(|why| err(ANN_RUN, v, why))?,
         None => Some(DEFAULT_RUN),
     };
-    let exit_code = match get(ANN_EXIT_CODE) {
+    let mut exit_code = match get(ANN_EXIT_CODE) {
         Some(v) => v
             .trim()
             .parse()
@@ -138,7 +150,7 @@ pub fn plan_for(pod: &Pod) -> Result<PodPlan, PlanError> {
             overrides.insert(name.trim().to_string(), (d, code));
         }
     }
-    let fail_condition = match get(ANN_FAIL_CONDITION) {
+    let mut fail_condition = match get(ANN_FAIL_CONDITION) {
         Some(v) => {
             let (t, r) = v.split_once(':').unwrap_or((v, "Simulated"));
             if t.trim().is_empty() {
@@ -148,6 +160,13 @@ pub fn plan_for(pod: &Pod) -> Result<PodPlan, PlanError> {
         }
         None => None,
     };
+    if let Some(v) = get(outcomes::ANN_OUTCOMES) {
+        match outcomes::pick(&outcomes::parse_outcomes(v)?, draw) {
+            Some(Outcome::Exit(code)) => exit_code = *code,
+            Some(Outcome::Condition(t, r)) => fail_condition = Some((t.clone(), r.clone())),
+            None => {}
+        }
+    }
     let containers = pod
         .spec
         .as_ref()
@@ -192,6 +211,9 @@ struct Sim {
     /// timer (None once finished or for pods that never end). Entries leave
     /// only when the pod is deleted, so a stale event never restarts a pod.
     running: Mutex<HashMap<String, Option<JoinHandle<()>>>>,
+    /// Pods started so far per Job (namespace/job-name), for the draw of
+    /// weighted outcomes.
+    ordinals: Mutex<HashMap<String, u64>>,
     stats: Arc<SimStats>,
 }
 
@@ -275,6 +297,40 @@ impl Sim {
         Ok(())
     }
 
+    /// The next draw for a pod of the same Job (or the pod itself when it
+    /// has no Job).
+    fn draw(&self, pod: &Pod) -> u64 {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let owner = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("batch.kubernetes.io/job-name"))
+            .or(pod.metadata.name.as_ref())
+            .map(String::as_str)
+            .unwrap_or_default();
+        // An Indexed Job's pod draws by its index, so a retry of the
+        // index meets the same outcome.
+        if let Some(index) = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("batch.kubernetes.io/job-completion-index"))
+            .and_then(|i| i.parse::<u64>().ok())
+        {
+            return outcomes::draw(owner, index);
+        }
+        let key = format!("{ns}/{owner}");
+        let n = {
+            let mut ords = self.ordinals.lock();
+            let slot = ords.entry(key).or_default();
+            *slot += 1;
+            *slot - 1
+        };
+        // The namespace differs between runs; the Job's name does not.
+        outcomes::draw(owner, n)
+    }
+
     async fn kill(&self, api: &Api<Pod>, pod: &Pod, name: &str) -> Result<(), HarnessError> {
         let now = Timestamp::now();
         let containers = plan_for(pod).map(|p| p.containers).unwrap_or_default();
@@ -299,7 +355,7 @@ impl Sim {
         name: String,
         uid: String,
     ) -> Result<(), HarnessError> {
-        let plan = match plan_for(&pod) {
+        let plan = match plan_with_draw(&pod, self.draw(&pod)) {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(pod = %name, "{e}; running with defaults");
@@ -430,6 +486,7 @@ pub async fn run(
         cfg,
         next_node: AtomicUsize::new(0),
         running: Mutex::new(HashMap::new()),
+        ordinals: Mutex::new(HashMap::new()),
         stats,
     });
     let pods = Api::<Pod>::all(client);

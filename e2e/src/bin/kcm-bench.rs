@@ -1,0 +1,362 @@
+//! kcm-bench: every workload of issue #8 run twice, against upstream
+//! kube-controller-manager and against kcm-rs, each on a fresh local control
+//! plane with the same QPS and the same simulated kubelet; writes
+//! `bench/results/<date>.{json,md,png}` and prints the Markdown table.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use kcm_e2e::bench::common::{Env, Impl, Requests, quantile, sibling_binary};
+use kcm_e2e::bench::results::{Metric, Results, Workload};
+use kcm_e2e::bench::{eviction, jobs, latency, memory, report};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kcm-bench",
+    about = "kcm-rs against upstream kube-controller-manager"
+)]
+struct Flags {
+    /// Size factor for W1, W2, W4 and W5 (1 = the sizes of issue #8:
+    /// 1,000 Jobs; 10,000 completions; 20,000 pods; 5,000 + 500 pods).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Workloads to run (comma-separated: w1,w2,w3,w4,w5).
+    #[arg(long, default_value = "w1,w2,w3,w4,w5", value_delimiter = ',')]
+    only: Vec<String>,
+    /// W1's QPS/burst settings.
+    #[arg(long, default_value = "20/30,200/400", value_delimiter = ',')]
+    w1_qps: Vec<String>,
+    /// Jobs in W3.
+    #[arg(long, default_value_t = 50)]
+    w3_runs: usize,
+    #[arg(long, default_value = "bench/results")]
+    out: PathBuf,
+    #[arg(long, default_value = "target/release/kcm-rs")]
+    kcm_rs: PathBuf,
+}
+
+fn metric(name: &str, unit: &str, up: f64, ours: f64, lower: bool, target: Option<f64>) -> Metric {
+    Metric {
+        name: name.into(),
+        unit: unit.into(),
+        upstream: up,
+        kcm_rs: ours,
+        lower_is_better: lower,
+        target_ratio: target,
+    }
+}
+
+fn requests_note(label: &str, r: &Requests, pods: f64) -> String {
+    let parts: Vec<String> = r
+        .iter()
+        .map(|(k, v)| format!("{k} {:.2}", v / pods.max(1.0)))
+        .collect();
+    format!("{label} requests/pod by verb: {}", parts.join(", "))
+}
+
+fn scaled(n: usize, scale: f64) -> usize {
+    ((n as f64 * scale).round() as usize).max(1)
+}
+
+fn jobs_workload(
+    id: &str,
+    description: String,
+    up: &jobs::JobsRun,
+    us: &jobs::JobsRun,
+) -> Workload {
+    Workload {
+        id: id.into(),
+        description,
+        metrics: vec![
+            metric("wall time", "s", up.wall_s, us.wall_s, true, Some(1.0)),
+            metric(
+                "pods/s",
+                "pods/s",
+                up.pods_created / up.wall_s,
+                us.pods_created / us.wall_s,
+                false,
+                Some(1.0),
+            ),
+            metric(
+                "requests/pod",
+                "req/pod",
+                up.requests_per_pod(),
+                us.requests_per_pod(),
+                true,
+                Some(1.0),
+            ),
+            metric(
+                "controller CPU",
+                "CPU-s",
+                up.cpu_s,
+                us.cpu_s,
+                true,
+                Some(0.5),
+            ),
+            metric(
+                "peak RSS",
+                "MiB",
+                up.peak_rss_mib,
+                us.peak_rss_mib,
+                true,
+                Some(0.5),
+            ),
+        ],
+        notes: vec![
+            format!(
+                "pods created: upstream {}, kcm-rs {}; Jobs: upstream {:?}, kcm-rs {:?}",
+                up.pods_created, us.pods_created, up.outcomes, us.outcomes
+            ),
+            requests_note("upstream", &up.requests, up.pods_created),
+            requests_note("kcm-rs", &us.requests, us.pods_created),
+            format!(
+                "simulator CPU: {:.1} CPU-s with upstream, {:.1} CPU-s with kcm-rs (one process watching all pods, binding and writing 2 statuses per pod)",
+                up.sim_cpu_s, us.sim_cpu_s
+            ),
+        ],
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let flags = Flags::parse();
+    anyhow::ensure!(flags.scale > 0.0, "--scale must be positive");
+    let env = Env {
+        kcm_rs: flags.kcm_rs.clone(),
+        kcm_sim: sibling_binary("kcm-sim"),
+        started: Instant::now(),
+    };
+    for (what, p) in [("kcm-rs", &env.kcm_rs), ("kcm-sim", &env.kcm_sim)] {
+        anyhow::ensure!(
+            p.exists(),
+            "{what} not found at {} (cargo build --release -p kcm-rs -p kcm-e2e --bins)",
+            p.display()
+        );
+    }
+    let run = |w: &str| flags.only.iter().any(|o| o.eq_ignore_ascii_case(w));
+    let mut results = Results {
+        started: jiff::Timestamp::now().to_string(),
+        machine: machine(),
+        scale: flags.scale,
+        workloads: Vec::new(),
+    };
+    let s = flags.scale;
+
+    if run("w1") {
+        let n = scaled(1000, s);
+        for q in &flags.w1_qps {
+            let (qps, burst) = q
+                .split_once('/')
+                .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+                .with_context(|| format!("--w1-qps {q:?}: expected QPS/BURST"))?;
+            let mut r = Vec::new();
+            for imp in Impl::BOTH {
+                env.progress(format!("W1 qps {q} {}: {n} Jobs x 10 pods", imp.label()));
+                r.push(
+                    jobs::run(
+                        &env,
+                        imp,
+                        &format!("W1 qps {q}"),
+                        jobs::w1_jobs(n)?,
+                        qps,
+                        burst,
+                        Duration::from_secs(3600),
+                    )
+                    .await?,
+                );
+            }
+            results.workloads.push(jobs_workload(
+                &format!("W1 qps {q}"),
+                format!("{n} Jobs of 10 pods (parallelism 10), pods run 1-3 s, 30 % fail (FailJob exit code / Ignore by DisruptionTarget / Count exit code), --kube-api-qps/burst {q}"),
+                &r[0],
+                &r[1],
+            ));
+        }
+    }
+    if run("w2") {
+        let (c, p) = (scaled(10_000, s) as i32, scaled(500, s) as i32);
+        let mut r = Vec::new();
+        for imp in Impl::BOTH {
+            env.progress(format!(
+                "W2 {}: Indexed Job of {c} completions, parallelism {p}",
+                imp.label()
+            ));
+            r.push(
+                jobs::run(
+                    &env,
+                    imp,
+                    "W2",
+                    jobs::w2_job(c, p)?,
+                    20,
+                    30,
+                    Duration::from_secs(5400),
+                )
+                .await?,
+            );
+        }
+        results.workloads.push(jobs_workload(
+            "W2",
+            format!("one Indexed Job, {c} completions, parallelism {p}, backoffLimitPerIndex 1, 2 % of indexes fail every attempt, pods run 1-3 s, QPS 20/30"),
+            &r[0],
+            &r[1],
+        ));
+    }
+    if run("w3") {
+        let mut r = Vec::new();
+        for imp in Impl::BOTH {
+            env.progress(format!(
+                "W3 {}: {} Jobs, one at a time",
+                imp.label(),
+                flags.w3_runs
+            ));
+            r.push(latency::run(&env, imp, flags.w3_runs).await?);
+        }
+        let (up, us) = (&r[0], &r[1]);
+        results.workloads.push(Workload {
+            id: "W3".into(),
+            description: format!("{} Jobs, one at a time: pod status Failed with a FailJob exit code -> Job conditions", flags.w3_runs),
+            metrics: vec![
+                metric("FailureTarget median", "s", quantile(&up.failure_target, 0.5), quantile(&us.failure_target, 0.5), true, Some(0.5)),
+                metric("FailureTarget p99", "s", quantile(&up.failure_target, 0.99), quantile(&us.failure_target, 0.99), true, None),
+                metric("Failed median", "s", quantile(&up.failed, 0.5), quantile(&us.failed, 0.5), true, Some(0.5)),
+                metric("Failed p99", "s", quantile(&up.failed, 0.99), quantile(&us.failed, 0.99), true, None),
+                metric("controller CPU", "CPU-s", up.cpu_s, us.cpu_s, true, Some(0.5)),
+            ],
+            notes: Vec::new(),
+        });
+    }
+    if run("w4") {
+        let pods = scaled(20_000, s);
+        let mut r = Vec::new();
+        for imp in Impl::BOTH {
+            env.progress(format!("W4 {}: {pods} pods", imp.label()));
+            r.push(
+                memory::run(
+                    &env,
+                    imp,
+                    pods,
+                    Duration::from_secs(30),
+                    Duration::from_secs(30),
+                )
+                .await?,
+            );
+        }
+        let (up, us) = (&r[0], &r[1]);
+        results.workloads.push(Workload {
+            id: "W4".into(),
+            description: format!("{pods} pods in the informers (half owned by running Jobs, half unrelated, 10 PDBs), all four controllers, 30 s settle + 30 s window"),
+            metrics: vec![
+                metric("steady RSS", "MiB", up.steady_rss_mib, us.steady_rss_mib, true, Some(0.5)),
+                metric("peak RSS", "MiB", up.peak_rss_mib, us.peak_rss_mib, true, Some(0.5)),
+                metric("startup CPU", "CPU-s", up.startup_cpu_s, us.startup_cpu_s, true, Some(0.5)),
+                metric("idle CPU", "% core", up.idle_cpu_percent, us.idle_cpu_percent, true, Some(0.5)),
+            ],
+            notes: vec!["upstream also runs the daemonset controller: its taint-eviction controller needs that controller's pod index".into()],
+        });
+    }
+    if run("w5") {
+        let (over, threshold, node_pods) = (scaled(5000, s), 500, scaled(500, s));
+        let mut gc = Vec::new();
+        let mut taint = Vec::new();
+        for imp in Impl::BOTH {
+            env.progress(format!(
+                "W5 pod GC {}: {threshold} + {over} terminated pods",
+                imp.label()
+            ));
+            gc.push(eviction::pod_gc(&env, imp, over, threshold).await?);
+            env.progress(format!(
+                "W5 taint {}: {node_pods} pods on the tainted node",
+                imp.label()
+            ));
+            taint.push(eviction::taint(&env, imp, node_pods).await?);
+        }
+        for (id, desc, up, us) in [
+            (
+                "W5 pod GC",
+                format!(
+                    "{over} terminated pods over --terminated-pod-gc-threshold={threshold}, from start to threshold"
+                ),
+                &gc[0],
+                &gc[1],
+            ),
+            (
+                "W5 taint",
+                format!(
+                    "a Ready node with {node_pods} running pods tainted NoExecute, until every pod is being deleted"
+                ),
+                &taint[0],
+                &taint[1],
+            ),
+        ] {
+            results.workloads.push(Workload {
+                id: id.into(),
+                description: desc,
+                metrics: vec![
+                    metric(
+                        "pods/s",
+                        "pods/s",
+                        up.pods_per_second(),
+                        us.pods_per_second(),
+                        false,
+                        Some(1.0),
+                    ),
+                    metric(
+                        "requests/pod",
+                        "req/pod",
+                        up.requests_per_pod(),
+                        us.requests_per_pod(),
+                        true,
+                        Some(1.0),
+                    ),
+                    metric(
+                        "controller CPU",
+                        "CPU-s",
+                        up.cpu_s,
+                        us.cpu_s,
+                        true,
+                        Some(0.5),
+                    ),
+                    metric(
+                        "peak RSS",
+                        "MiB",
+                        up.peak_rss_mib,
+                        us.peak_rss_mib,
+                        true,
+                        Some(0.5),
+                    ),
+                ],
+                notes: vec![
+                    requests_note("upstream", &up.requests, up.pods as f64),
+                    requests_note("kcm-rs", &us.requests, us.pods as f64),
+                ],
+            });
+        }
+    }
+    let written = report::write_all(&results, &flags.out)?;
+    println!("{}", report::markdown(&results));
+    env.progress(format!("written: {written:?}"));
+    Ok(())
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|k| k.parse::<f64>().ok())
+        })
+        .map(|k| k / 1024.0 / 1024.0)
+        .unwrap_or(0.0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "{cpus} CPUs, {mem:.0} GiB, Linux {}, kube-apiserver and kube-controller-manager v1.34.4 from e2e/harness",
+        kernel.trim()
+    )
+}
