@@ -12,6 +12,7 @@ use kcm_runtime::informer::{BY_NAMESPACE, Change, object_key};
 
 use super::{JobController, OrphanKey, SYNC_JOB_BATCH_PERIOD};
 use crate::metrics::metrics;
+use crate::pod_failure_policy::{Action, effective_policy, match_pod_failure_policy};
 use crate::pods::{JOB_CONTROLLER_NAME, has_tracking_finalizer, is_terminal};
 use crate::selector;
 
@@ -58,6 +59,20 @@ fn record_tracking_finalizer(old: Option<&Pod>, new: Option<&Pod>) {
             .inc(),
         _ => {}
     }
+}
+
+/// Deliberate deviation from upstream, which batches every pod update for
+/// a second: a pod that has just failed and matches a `FailJob` rule ends
+/// its Job whatever else the batch would bring, so the Job is synced at once
+/// (at most once per Job: later syncs see `FailureTarget`). This halves the
+/// time from the failure to `FailureTarget` and costs no extra requests.
+fn newly_fails_job(job: &Job, old: &Pod, cur: &Pod, gate_enabled: bool) -> bool {
+    let failed = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed");
+    if failed(old) || !failed(cur) || is_finished(job) {
+        return false;
+    }
+    let policy = effective_policy(job, gate_enabled);
+    policy.is_some() && match_pod_failure_policy(policy, cur).action == Some(Action::FailJob)
 }
 
 impl JobController {
@@ -173,7 +188,12 @@ impl JobController {
                     self.finalizer_expectations
                         .finalizer_removal_observed(&object_key(job.as_ref()), uid);
                 }
-                self.enqueue_after(&job, SYNC_JOB_BATCH_PERIOD);
+                let delay = if newly_fails_job(&job, old, cur, self.config.pod_failure_policy) {
+                    Duration::ZERO
+                } else {
+                    SYNC_JOB_BATCH_PERIOD
+                };
+                self.enqueue_after(&job, delay);
             }
             return;
         }
@@ -282,5 +302,68 @@ impl JobController {
                 Change::Deleted(j) => me.delete_job(j),
             }
         }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::newly_fails_job;
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::Pod;
+    use serde_json::json;
+
+    fn job(policy: bool, finished: bool) -> Job {
+        let mut j = json!({ "metadata": { "name": "j" }, "spec": { "template": {} } });
+        if policy {
+            j["spec"]["podFailurePolicy"] = json!({ "rules": [
+                { "action": "Ignore", "onExitCodes": { "operator": "In", "values": [3] } },
+                { "action": "FailJob", "onExitCodes": { "operator": "In", "values": [42] } }
+            ]});
+        }
+        if finished {
+            j["status"] = json!({ "conditions": [{ "type": "Failed", "status": "True" }] });
+        }
+        serde_json::from_value(j).expect("job")
+    }
+
+    fn pod(phase: &str, code: i32) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": { "name": "p" },
+            "status": { "phase": phase, "containerStatuses": [{
+                "name": "main", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                "state": { "terminated": { "exitCode": code } } }] }
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn only_a_fresh_failjob_match_skips_the_batch() {
+        let running = pod("Running", 0);
+        let j = job(true, false);
+        assert!(newly_fails_job(&j, &running, &pod("Failed", 42), true));
+        // Already failed before: not a new failure.
+        assert!(!newly_fails_job(
+            &j,
+            &pod("Failed", 42),
+            &pod("Failed", 42),
+            true
+        ));
+        // Other actions, no policy, gate off, finished Job, success.
+        assert!(!newly_fails_job(&j, &running, &pod("Failed", 3), true));
+        assert!(!newly_fails_job(&j, &running, &pod("Failed", 1), true));
+        assert!(!newly_fails_job(
+            &job(false, false),
+            &running,
+            &pod("Failed", 42),
+            true
+        ));
+        assert!(!newly_fails_job(&j, &running, &pod("Failed", 42), false));
+        assert!(!newly_fails_job(
+            &job(true, true),
+            &running,
+            &pod("Failed", 42),
+            true
+        ));
+        assert!(!newly_fails_job(&j, &running, &pod("Succeeded", 0), true));
     }
 }
