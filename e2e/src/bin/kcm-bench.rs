@@ -22,6 +22,12 @@ struct Flags {
     /// 1,000 Jobs; 10,000 completions; 20,000 pods; 5,000 + 500 pods).
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
+    /// Size factor for W4 only (default: --scale).
+    #[arg(long)]
+    w4_scale: Option<f64>,
+    /// Size factor for W5 only (default: --scale).
+    #[arg(long)]
+    w5_scale: Option<f64>,
     /// Workloads to run (comma-separated: w1,w2,w3,w4,w5).
     #[arg(long, default_value = "w1,w2,w3,w4,w5", value_delimiter = ',')]
     only: Vec<String>,
@@ -228,7 +234,7 @@ async fn main() -> anyhow::Result<()> {
         });
     }
     if run("w4") {
-        let pods = scaled(20_000, s);
+        let pods = scaled(20_000, flags.w4_scale.unwrap_or(s));
         let mut r = Vec::new();
         for imp in Impl::BOTH {
             env.progress(format!("W4 {}: {pods} pods", imp.label()));
@@ -257,7 +263,8 @@ async fn main() -> anyhow::Result<()> {
         });
     }
     if run("w5") {
-        let (over, threshold, node_pods) = (scaled(5000, s), 500, scaled(500, s));
+        let s5 = flags.w5_scale.unwrap_or(s);
+        let (over, threshold, node_pods) = (scaled(5000, s5), 500, scaled(500, s5));
         let mut gc = Vec::new();
         let mut taint = Vec::new();
         for imp in Impl::BOTH {
