@@ -1,0 +1,409 @@
+//! Helpers of the manifests test: reading the YAML, dry-run, the
+//! ServiceAccount kubeconfig, running kcm-rs and small object builders.
+
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod, PodCondition, Secret, ServiceAccount};
+use kcm_e2e::ControlPlane;
+use kcm_e2e::binaries::repo_root;
+use kcm_e2e::control_plane::{client_from_kubeconfig, tail};
+use kcm_e2e::kubelet;
+use kcm_e2e::wait::{wait_for, wait_for_list};
+use kube::api::{DynamicObject, ListParams, PostParams};
+use kube::config::Kubeconfig;
+use kube::core::GroupVersionKind;
+use kube::discovery::{self, Scope};
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+pub const WAIT: Duration = Duration::from_secs(60);
+
+pub fn manifests() -> PathBuf {
+    repo_root().join("manifests")
+}
+
+pub fn parse_docs(text: &str, what: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{what}: {e}")))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// Every YAML document of `manifests/<file>`, as JSON values.
+pub fn docs(file: &str) -> Vec<Value> {
+    let path = manifests().join(file);
+    let text = std::fs::read_to_string(&path).expect("read manifest");
+    parse_docs(&text, &path.display().to_string())
+}
+
+pub fn kinds(docs: &[Value]) -> Vec<&str> {
+    docs.iter().map(|d| text(&d["kind"])).collect()
+}
+
+pub fn text(v: &Value) -> &str {
+    v.as_str().unwrap_or_default()
+}
+
+pub fn container(deployment: &Value) -> &Value {
+    &deployment["spec"]["template"]["spec"]["containers"][0]
+}
+
+pub fn container_args(deployment: &Value) -> Vec<String> {
+    let args = container(deployment)["args"].as_array().expect("args");
+    args.iter().map(|a| text(a).to_string()).collect()
+}
+
+pub const RBAC_KINDS: &str = "ServiceAccount ClusterRole ClusterRoleBinding Role RoleBinding";
+
+/// Which kinds each manifest holds; the first six are kustomize resources.
+pub const KINDS: &[(&str, &str)] = &[
+    ("rbac.yaml", RBAC_KINDS),
+    ("deployment.yaml", "Deployment"),
+    ("service.yaml", "Service"),
+    ("servicemonitor.yaml", "ServiceMonitor"),
+    ("prometheusrule.yaml", "PrometheusRule"),
+    ("dashboard.yaml", "ConfigMap"),
+    ("kustomization.yaml", "Kustomization"),
+    ("kind-cluster.yaml", "Cluster"),
+];
+
+/// Values that must agree across files: `left = right`, each a literal, a
+/// Deployment flag (`--name`) or `file#doc/json-pointer` (`pod/...` is the
+/// Deployment's pod template, `ctr/...` its container).
+pub const AGREE: &[&str] = &[
+    "pod/spec/serviceAccountName = rbac.yaml#0/metadata/name",
+    "pod/spec/priorityClassName = system-cluster-critical",
+    "deployment.yaml#0/spec/replicas = 2",
+    "--leader-elect = true",
+    "--leader-elect-resource-namespace = rbac.yaml#3/metadata/namespace",
+    "--leader-elect-resource-name = rbac.yaml#3/rules/1/resourceNames/0",
+    "--leader-elect-resource-namespace = rbac.yaml#4/metadata/namespace",
+    "ctr/image = kcm-rs:dev",
+    "ctr/ports/0/containerPort = --secure-port",
+    "ctr/livenessProbe/httpGet/path = /livez",
+    "ctr/readinessProbe/httpGet/path = /readyz",
+    "ctr/livenessProbe/httpGet/port = ctr/ports/0/name",
+    "ctr/securityContext/readOnlyRootFilesystem = true",
+    "pod/spec/securityContext/runAsNonRoot = true",
+    "service.yaml#0/spec/ports/0/targetPort = ctr/ports/0/name",
+    "servicemonitor.yaml#0/spec/endpoints/0/port = service.yaml#0/spec/ports/0/name",
+    "servicemonitor.yaml#0/spec/endpoints/0/scheme = http",
+    "servicemonitor.yaml#0/apiVersion = monitoring.coreos.com/v1",
+    "prometheusrule.yaml#0/apiVersion = monitoring.coreos.com/v1",
+    "dashboard.yaml#0/metadata/labels/grafana_dashboard = 1",
+];
+
+/// One side of an [`AGREE`] line, rendered as text.
+pub fn resolve(side: &str) -> String {
+    let dep = "deployment.yaml#0/spec/template";
+    let path = match side.split_once('/') {
+        Some(("pod", rest)) => format!("{dep}/{rest}"),
+        Some(("ctr", rest)) => format!("{dep}/spec/containers/0/{rest}"),
+        _ => side.to_string(),
+    };
+    let value = if let Some(flag) = side.strip_prefix("--") {
+        let args = container_args(&docs("deployment.yaml")[0]);
+        let prefix = format!("--{flag}=");
+        let found = args.iter().find_map(|a| a.strip_prefix(&prefix));
+        json!(found.unwrap_or_else(|| panic!("no {side} flag")))
+    } else if let Some((file, pointer)) = path.split_once('#') {
+        let (doc, pointer) = pointer.split_once('/').expect("doc/pointer");
+        let doc = &docs(file)[doc.parse::<usize>().expect("doc index")];
+        let found = doc.pointer(&format!("/{pointer}"));
+        found.unwrap_or_else(|| panic!("{side} not found")).clone()
+    } else {
+        return side.to_string();
+    };
+    value
+        .as_str()
+        .map_or_else(|| value.to_string(), str::to_string)
+}
+
+/// Creates every document of `file` with server-side dry-run (`dryRun=All`):
+/// validation, defaulting and admission (PriorityClass included), nothing stored.
+pub async fn dry_run(client: &kube::Client, file: &str) {
+    for doc in docs(file) {
+        let obj: DynamicObject = serde_json::from_value(doc).expect("object");
+        let gvk = GroupVersionKind::try_from(obj.types.as_ref().expect("types")).expect("gvk");
+        let (ar, caps) = discovery::pinned_kind(client, &gvk)
+            .await
+            .expect("discovery");
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Namespaced => {
+                Api::namespaced_with(client.clone(), &obj.namespace().expect("ns"), &ar)
+            }
+            Scope::Cluster => Api::all_with(client.clone(), &ar),
+        };
+        let pp = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        let res = api.create(&pp, &obj).await;
+        res.unwrap_or_else(|e| panic!("{file}: dry-run of {}: {e}", obj.name_any()));
+    }
+}
+
+/// Builds kcm-rs (a no-op when current) with this test binary's profile and
+/// returns its path; `$KCM_RS_BIN` instead if set.
+pub fn kcm_rs_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("KCM_RS_BIN") {
+        return PathBuf::from(p);
+    }
+    // This test runs as target/<profile>/deps/manifests-<hash>.
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("profile");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "-p", "kcm-rs", "--bin", "kcm-rs"]);
+    if profile_dir.ends_with("release") {
+        cmd.arg("--release");
+    }
+    let built = cmd.current_dir(repo_root()).status().expect("cargo");
+    assert!(built.success(), "cargo build -p kcm-rs failed");
+    let bin = profile_dir.join("kcm-rs");
+    assert!(bin.exists(), "{} missing after the build", bin.display());
+    bin
+}
+
+/// Writes a kubeconfig with a bearer `token` for the admin kubeconfig's
+/// server and CA.
+pub fn token_kubeconfig(admin: &Path, token: &str, out: &Path) {
+    let kc = Kubeconfig::read_from(admin).expect("admin kubeconfig");
+    let cluster = kc.clusters.first().and_then(|c| c.cluster.clone());
+    let cluster = cluster.expect("cluster");
+    let mut c = json!({ "server": cluster.server.expect("server") });
+    if let Some(data) = cluster.certificate_authority_data {
+        c["certificate-authority-data"] = json!(data);
+    }
+    if let Some(file) = cluster.certificate_authority {
+        c["certificate-authority"] = json!(file);
+    }
+    let doc = json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": "kcm-rs",
+        "clusters": [{ "name": "local", "cluster": c }],
+        "users": [{ "name": "kcm-rs", "user": { "token": token } }],
+        "contexts": [{ "name": "kcm-rs", "context": { "cluster": "local", "user": "kcm-rs" } }],
+    });
+    std::fs::write(out, serde_yaml_ng::to_string(&doc).expect("yaml")).expect("write kubeconfig");
+}
+
+pub async fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let req = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    s.write_all(req.as_bytes()).await?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await?;
+    let code = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok());
+    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string());
+    Ok((code.unwrap_or(0), body.unwrap_or_default()))
+}
+
+/// The kcm-rs process under test; killed on drop.
+pub struct KcmRs {
+    pub child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl Drop for KcmRs {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl KcmRs {
+    /// Panics with `what` and the end of kcm-rs's log unless `ok`.
+    pub fn check(&self, ok: bool, what: impl std::fmt::Display) {
+        if !ok {
+            panic!(
+                "{what}\n--- kcm-rs log, last lines:\n{}",
+                tail(&self.log, 40)
+            );
+        }
+    }
+
+    pub fn ok<T, E: std::fmt::Display>(&self, r: Result<T, E>) -> T {
+        r.unwrap_or_else(|e| {
+            self.check(false, e);
+            unreachable!()
+        })
+    }
+
+    /// [`wait_for`], failing with kcm-rs's log.
+    pub async fn until<K>(&self, api: &Api<K>, name: &str, pred: impl Fn(&K) -> bool) -> K
+    where
+        K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+    {
+        self.ok(wait_for(api, name, WAIT, name, pred).await)
+    }
+}
+
+pub fn obj<T: DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).expect("valid object")
+}
+
+pub async fn create<K>(api: &Api<K>, v: Value) -> K
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+{
+    let o: K = obj(v);
+    let res = api.create(&PostParams::default(), &o).await;
+    res.unwrap_or_else(|e| panic!("creating {}: {e}", o.name_any()))
+}
+
+pub fn pod_condition<'a>(p: &'a Pod, type_: &str) -> Option<&'a PodCondition> {
+    let conds = p.status.as_ref().and_then(|s| s.conditions.as_ref())?;
+    conds.iter().find(|c| c.type_ == type_)
+}
+
+pub fn job_has(job: &Job, type_: &str) -> bool {
+    let conds = job.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conds.is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
+}
+
+pub fn job(name: &str, fail_on_42: bool) -> Value {
+    let container = json!({ "name": "main", "image": "busybox" });
+    let mut spec = json!({
+        "backoffLimit": 6,
+        "template": { "spec": { "restartPolicy": "Never", "containers": [container] } }
+    });
+    if fail_on_42 {
+        let exit_42 = json!({ "operator": "In", "values": [42] });
+        let rule = json!({ "action": "FailJob", "onExitCodes": exit_42 });
+        spec["podFailurePolicy"] = json!({ "rules": [rule] });
+    }
+    json!({ "metadata": { "name": name }, "spec": spec })
+}
+
+/// Waits for the Job's one pod and ends it with `code` on `node`.
+pub async fn finish_job_pod(kcm: &KcmRs, pods: &Api<Pod>, job: &str, node: &str, code: i32) {
+    let lp = ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}"));
+    let found = wait_for_list(pods, &lp, WAIT, job, |ps| ps.len() == 1).await;
+    end_pod(kcm, pods, &kcm.ok(found)[0].name_any(), node, code).await;
+}
+
+/// Binds pod `name` to `node`, ends it with `code` and waits for the Job
+/// controller to remove its tracking finalizer.
+pub async fn end_pod(kcm: &KcmRs, pods: &Api<Pod>, name: &str, node: &str, code: i32) {
+    kubelet::bind_pod(pods, name, node).await.expect("bind");
+    let finished = kubelet::finish_pod(pods, name, code).await;
+    finished.expect("finish");
+    kcm.until(pods, name, |p| p.finalizers().is_empty()).await;
+}
+
+/// A pod labelled `app`, controlled by the ReplicaSet `owner` (name, uid).
+pub fn pod(name: &str, app: &str, owner: Option<(&str, &str)>) -> Value {
+    let mut p = json!({
+        "metadata": { "name": name, "labels": { "app": app } },
+        "spec": { "containers": [{ "name": "main", "image": "busybox" }] }
+    });
+    if let Some((rs, uid)) = owner {
+        let r = json!({ "kind": "ReplicaSet", "name": rs, "uid": uid, "controller": true });
+        p["metadata"]["ownerReferences"] = json!([r]);
+        p["metadata"]["ownerReferences"][0]["apiVersion"] = json!("apps/v1");
+    }
+    p
+}
+
+/// A ReplicaSet nobody reconciles (no replicaset controller runs here),
+/// controlled by a Deployment that does not exist if `orphaned`.
+pub fn replica_set(name: &str, replicas: i32, orphaned: bool) -> Value {
+    let labels = json!({ "app": name });
+    let template =
+        json!({ "metadata": { "labels": labels }, "spec": pod(name, name, None)["spec"] });
+    let spec = json!({ "replicas": replicas, "selector": { "matchLabels": labels }, "template": template });
+    let mut rs = json!({ "metadata": { "name": name }, "spec": spec });
+    if orphaned {
+        let uid = "00000000-0000-0000-0000-000000000001";
+        let d = json!({ "kind": "Deployment", "name": "gone", "uid": uid, "controller": true });
+        rs["metadata"]["ownerReferences"] = json!([d]);
+        rs["metadata"]["ownerReferences"][0]["apiVersion"] = json!("apps/v1");
+    }
+    rs
+}
+
+/// Metric names used by the alerts and the dashboard.
+pub fn referenced_metrics() -> BTreeSet<String> {
+    const PREFIXES: &str = "leader_election_ workqueue_ rest_client_ job_controller_ \
+                            pod_gc_collector_ taint_eviction_controller_ process_";
+    let rules = serde_json::to_string(&docs("prometheusrule.yaml")).expect("json");
+    let dash = text(&docs("dashboard.yaml")[0]["data"]["kcm-rs.json"]).to_string();
+    let words = (rules + &dash).replace(|c: char| !(c.is_ascii_alphanumeric() || c == '_'), " ");
+    let known = |w: &&str| PREFIXES.split_whitespace().any(|p| w.starts_with(p));
+    words
+        .split_whitespace()
+        .filter(known)
+        .map(str::to_string)
+        .collect()
+}
+
+/// Applies rbac.yaml, mints a ServiceAccount token and starts kcm-rs with
+/// the Deployment's flags under that identity (local address, port and
+/// credentials; short pod GC and stale-condition timers).
+pub async fn start_kcm_rs(cp: &ControlPlane, admin: &kube::Client, bin: &Path) -> KcmRs {
+    let ns_api: Api<Namespace> = Api::all(admin.clone());
+    if ns_api.get_opt("kube-system").await.expect("get").is_none() {
+        create(&ns_api, json!({ "metadata": { "name": "kube-system" } })).await;
+    }
+    let rbac = manifests().join("rbac.yaml");
+    let created = kcm_e2e::apply::create_from_file(admin, &rbac, "kube-system").await;
+    eprintln!("applied {:?}", created.expect("apply rbac.yaml"));
+
+    // A token of the ServiceAccount, through the TokenRequest API.
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "kube-system");
+    let req: TokenRequest = obj(json!({ "spec": { "audiences": [], "expirationSeconds": 3600 } }));
+    let pp = PostParams::default();
+    let tr: TokenRequest = sas
+        .create_subresource("token", "kcm-rs", &pp, &req)
+        .await
+        .expect("token");
+    let token = tr.status.expect("token status").token;
+    let kubeconfig = cp.dir().join("kcm-rs.kubeconfig");
+    token_kubeconfig(cp.kubeconfig(), &token, &kubeconfig);
+    // That identity is not the admin: anything outside the role is refused.
+    let sa = client_from_kubeconfig(&kubeconfig).await.expect("client");
+    match Api::<Secret>::all(sa).list(&ListParams::default()).await {
+        Err(kube::Error::Api(e)) if e.code == 403 => {}
+        other => panic!("listing secrets as kcm-rs must be forbidden: {other:?}"),
+    }
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    drop(listener);
+    let overridden = ["--kubeconfig=", "--bind-address=", "--secure-port="];
+    let mut args = container_args(&docs("deployment.yaml")[0]);
+    args.retain(|a| !overridden.iter().any(|o| a.starts_with(o)));
+    args.extend([
+        format!("--kubeconfig={}", kubeconfig.display()),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={port}"),
+        "--pod-gc-period=1s".into(),
+        "--pod-gc-quarantine=1s".into(),
+        "--stale-pod-disruption-timeout=2s".into(),
+    ]);
+    let log = cp.dir().join("kcm-rs.log");
+    let out = std::fs::File::create(&log).expect("log");
+    let mut cmd = Command::new(bin);
+    cmd.args(&args).stdin(Stdio::null());
+    cmd.stdout(out.try_clone().expect("log")).stderr(out);
+    let child = cmd.spawn().expect("spawn kcm-rs");
+    KcmRs { child, port, log }
+}
+
+pub fn holder(l: &Lease) -> String {
+    let spec = l.spec.as_ref();
+    spec.and_then(|s| s.holder_identity.clone())
+        .unwrap_or_default()
+}
