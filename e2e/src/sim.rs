@@ -16,7 +16,7 @@
 //! - `sim.kcm-rs.io/outcomes`: weighted outcomes per pod of a Job, and `run`
 //!   may be a range `1s..3s`; see [`outcomes`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -200,6 +200,8 @@ pub struct SimStats {
     pub started: AtomicUsize,
     pub finished: AtomicUsize,
     pub killed: AtomicUsize,
+    /// DELETE requests sent (grace period 0).
+    pub deletes: AtomicUsize,
     pub errors: AtomicUsize,
 }
 
@@ -214,6 +216,8 @@ struct Sim {
     /// Pods started so far per Job (namespace/job-name), for the draw of
     /// weighted outcomes.
     ordinals: Mutex<HashMap<String, u64>>,
+    /// UIDs of pods being killed and removed.
+    removing: Mutex<HashSet<String>>,
     stats: Arc<SimStats>,
 }
 
@@ -261,22 +265,16 @@ impl Sim {
                     if let Some(Some(task)) = self.running.lock().insert(uid.clone(), None) {
                         task.abort();
                     }
-                    if !is_terminal(&pod) {
-                        self.kill(&api, &pod, &name).await?;
+                    // Kill and remove once per pod, as the kubelet's status
+                    // manager does, not on every later event of the pod.
+                    if !self.removing.lock().insert(uid.clone()) {
+                        return Ok(());
                     }
-                    let dp = DeleteParams {
-                        grace_period_seconds: Some(0),
-                        preconditions: Some(Preconditions {
-                            uid: Some(uid),
-                            resource_version: None,
-                        }),
-                        ..Default::default()
-                    };
-                    match api.delete(&name, &dp).await {
-                        Ok(_) => {}
-                        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-                        Err(e) => return Err(e.into()),
+                    let removed = self.remove(&api, &pod, &name, &uid).await;
+                    if removed.is_err() {
+                        self.removing.lock().remove(&uid);
                     }
+                    return removed;
                 } else if !is_terminal(&pod) {
                     {
                         let mut running = self.running.lock();
@@ -329,6 +327,34 @@ impl Sim {
         };
         // The namespace differs between runs; the Job's name does not.
         outcomes::draw(owner, n)
+    }
+
+    /// Terminates a pod being deleted (unless it already ended) and removes
+    /// it with grace period 0.
+    async fn remove(
+        &self,
+        api: &Api<Pod>,
+        pod: &Pod,
+        name: &str,
+        uid: &str,
+    ) -> Result<(), HarnessError> {
+        if !is_terminal(pod) {
+            self.kill(api, pod, name).await?;
+        }
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        self.stats.deletes.fetch_add(1, Ordering::Relaxed);
+        match api.delete(name, &dp).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     async fn kill(&self, api: &Api<Pod>, pod: &Pod, name: &str) -> Result<(), HarnessError> {
@@ -487,6 +513,7 @@ pub async fn run(
         next_node: AtomicUsize::new(0),
         running: Mutex::new(HashMap::new()),
         ordinals: Mutex::new(HashMap::new()),
+        removing: Mutex::new(HashSet::new()),
         stats,
     });
     let pods = Api::<Pod>::all(client);
@@ -496,10 +523,11 @@ pub async fn run(
     loop {
         match stream.try_next().await {
             Ok(Some(watcher::Event::Delete(pod))) => {
-                if let Some(uid) = pod.metadata.uid.as_ref()
-                    && let Some(Some(task)) = sim.running.lock().remove(uid)
-                {
-                    task.abort();
+                if let Some(uid) = pod.metadata.uid.as_ref() {
+                    sim.removing.lock().remove(uid);
+                    if let Some(Some(task)) = sim.running.lock().remove(uid) {
+                        task.abort();
+                    }
                 }
             }
             Ok(Some(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod))) => {

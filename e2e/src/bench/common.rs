@@ -158,10 +158,12 @@ impl Drop for Sampler {
 pub struct SimProcess {
     child: Child,
     pid: u32,
+    log: PathBuf,
 }
 
 pub fn spawn_sim(env: &Env, cp: &ControlPlane, nodes: usize) -> anyhow::Result<SimProcess> {
-    let log = std::fs::File::create(cp.dir().join("kcm-sim.log"))?;
+    let log_path = cp.dir().join("kcm-sim.log");
+    let log = std::fs::File::create(&log_path)?;
     let child = Command::new(&env.kcm_sim)
         .arg(format!("--kubeconfig={}", cp.kubeconfig().display()))
         .arg(format!("--nodes={nodes}"))
@@ -173,15 +175,36 @@ pub fn spawn_sim(env: &Env, cp: &ControlPlane, nodes: usize) -> anyhow::Result<S
         .spawn()
         .with_context(|| format!("starting {}", env.kcm_sim.display()))?;
     let pid = child.id().context("kcm-sim exited at once")?;
-    Ok(SimProcess { child, pid })
+    Ok(SimProcess {
+        child,
+        pid,
+        log: log_path,
+    })
 }
 
 impl SimProcess {
     pub fn cpu(&self) -> f64 {
         cpu_seconds(self.pid).unwrap_or(0.0)
     }
-    pub async fn stop(mut self) {
-        let _ = self.child.kill().await;
+
+    /// Stops the simulator with SIGTERM and returns how many pod DELETE
+    /// requests it sent (from its final counters line).
+    pub async fn finish(mut self) -> anyhow::Result<f64> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status()
+            .await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
+        let log = std::fs::read_to_string(&self.log)?;
+        let line = log
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("kcm-sim final:"))
+            .context("kcm-sim printed no final counters")?;
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix("deletes="))
+            .and_then(|v| v.parse().ok())
+            .context("kcm-sim's final line has no deletes=")
     }
 }
 
@@ -236,8 +259,8 @@ pub fn delta(before: &Requests, after: &Requests) -> Requests {
 /// constant per process, not per pod) on pods, Jobs, Job status, PDB status
 /// and events, and on pod status when the simulator does not write it (pod
 /// GC and taint eviction write `DisruptionTarget` there). The simulated
-/// kubelet's final grace-0 delete of a pod it killed is a pod delete too;
-/// it is the same for both implementations. The benchmark itself only
+/// kubelet's final grace-0 deletes are pod deletes too: callers subtract
+/// the count [`SimProcess::finish`] reports. The benchmark itself only
 /// watches while measuring.
 pub fn controller_requests(d: &Requests, sim_writes_pod_status: bool) -> Requests {
     d.iter()

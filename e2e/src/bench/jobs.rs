@@ -148,25 +148,30 @@ pub async fn run(
     let wall_s = t0.elapsed().as_secs_f64();
     // Let the last finalizer removals and status writes land.
     tokio::time::sleep(Duration::from_secs(5)).await;
+    let sim_cpu_s = sim.cpu() - sim0;
+    let sim_deletes = sim.finish().await?;
     let after = request_counts(&client).await?;
     let d = delta(&before, &after);
     let mut requests = controller_requests(&d, true);
-    // The benchmark's own Job creations.
+    // The benchmark's own Job creations, and the simulated kubelet's final
+    // grace-0 deletes.
     requests.remove("POST jobs");
+    if let Some(v) = requests.get_mut("DELETE pods") {
+        *v = (*v - sim_deletes).max(0.0);
+    }
     let run = JobsRun {
         wall_s,
         pods_created: d.get("POST pods").copied().unwrap_or(0.0),
         requests,
         cpu_s: mgr.cpu() - cpu0,
         peak_rss_mib: mgr.peak_rss(),
-        sim_cpu_s: sim.cpu() - sim0,
+        sim_cpu_s,
         outcomes: done.into_values().fold(BTreeMap::new(), |mut m, t| {
             *m.entry(t).or_insert(0) += 1;
             m
         }),
     };
     mgr.stop().await;
-    sim.stop().await;
     env.progress(format!(
         "{what} {}: done in {wall_s:.1} s, {} pods, {:.2} requests/pod, {:.1} CPU-s, peak RSS {:.0} MiB, Jobs {:?}",
         imp.label(),

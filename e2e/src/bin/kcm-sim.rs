@@ -70,9 +70,20 @@ async fn main() -> anyhow::Result<()> {
     }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
-        r = sim::run(client, cfg, stats) => r.context("simulator")?,
+        r = sim::run(client, cfg, Arc::clone(&stats)) => r.context("simulator")?,
         _ = tokio::signal::ctrl_c() => {},
         _ = term.recv() => {},
     }
+    // One parseable line for benchmarks, which subtract the simulator's
+    // own requests.
+    eprintln!(
+        "kcm-sim final: bound={} started={} finished={} killed={} deletes={} errors={}",
+        stats.bound.load(Ordering::Relaxed),
+        stats.started.load(Ordering::Relaxed),
+        stats.finished.load(Ordering::Relaxed),
+        stats.killed.load(Ordering::Relaxed),
+        stats.deletes.load(Ordering::Relaxed),
+        stats.errors.load(Ordering::Relaxed),
+    );
     Ok(())
 }

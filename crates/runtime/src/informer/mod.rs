@@ -8,6 +8,7 @@
 
 mod factory;
 mod store;
+mod trim;
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -179,9 +180,8 @@ impl<K: Informable> Informer<K> {
 }
 
 /// Drops what no controller reads and what costs the most memory.
-fn prune<K: Resource>(mut obj: K) -> K {
-    obj.meta_mut().managed_fields = None;
-    obj
+fn prune<K: Informable>(obj: K) -> K {
+    trim::trim(obj)
 }
 
 /// The namespace/name of a change's object, for handlers.

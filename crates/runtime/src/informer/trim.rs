@@ -1,0 +1,123 @@
+//! What the cache keeps of an object. Every informed object loses its
+//! `managedFields`; a pod also loses the parts of its spec that none of the
+//! four controllers reads: its regular containers (a k8s-openapi
+//! `Container` alone is 2 KiB before any of its strings; container names
+//! for pod failure policy come from the status), init containers other than
+//! sidecars, volumes, affinity, security contexts. That is most of what a
+//! cached pod costs. Writes never send a cached spec back: pods are
+//! patched, and the one status PUT (the stale `DisruptionTarget` reset) goes
+//! to the status subresource, where the API server takes the spec from the
+//! stored pod. The status is kept whole, because that PUT sends it back.
+
+use std::any::Any;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use kube::Resource;
+
+/// Trims `obj` for the cache.
+pub fn trim<K: Resource + Any>(mut obj: K) -> K {
+    obj.meta_mut().managed_fields = None;
+    if let Some(pod) = (&mut obj as &mut dyn Any).downcast_mut::<Pod>()
+        && let Some(spec) = pod.spec.as_mut()
+    {
+        trim_pod_spec(spec);
+    }
+    obj
+}
+
+/// Keeps what the controllers read: node name, tolerations, restart
+/// policy, priority, scheduling gates, and the names of sidecar init
+/// containers (container-level `restartPolicy: Always`).
+fn trim_pod_spec(spec: &mut PodSpec) {
+    spec.containers = Vec::new();
+    if let Some(init) = spec.init_containers.take() {
+        let sidecars: Vec<Container> = init
+            .into_iter()
+            .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+            .map(|mut c| {
+                trim_container(&mut c);
+                c
+            })
+            .collect();
+        spec.init_containers = (!sidecars.is_empty()).then_some(sidecars);
+    }
+    spec.ephemeral_containers = None;
+    spec.volumes = None;
+    spec.affinity = None;
+    spec.topology_spread_constraints = None;
+    spec.security_context = None;
+    spec.dns_config = None;
+    spec.host_aliases = None;
+    spec.image_pull_secrets = None;
+    spec.resource_claims = None;
+    spec.resources = None;
+    spec.overhead = None;
+    spec.node_selector = None;
+}
+
+fn trim_container(c: &mut Container) {
+    *c = Container {
+        name: std::mem::take(&mut c.name),
+        restart_policy: c.restart_policy.take(),
+        ..Default::default()
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Node;
+    use serde_json::json;
+
+    #[test]
+    fn pods_keep_what_controllers_read() -> Result<(), serde_json::Error> {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": { "name": "p", "labels": { "a": "b" }, "annotations": { "x": "y" },
+                "managedFields": [{ "manager": "m" }], "finalizers": ["f"] },
+            "spec": {
+                "nodeName": "n1", "restartPolicy": "Never", "priority": 5,
+                "tolerations": [{ "key": "k", "operator": "Exists", "effect": "NoExecute" }],
+                "initContainers": [{ "name": "side", "image": "i", "restartPolicy": "Always",
+                    "env": [{ "name": "A", "value": "1" }] }, { "name": "setup", "image": "i" }],
+                "containers": [{ "name": "main", "image": "i", "command": ["x"],
+                    "resources": { "limits": { "cpu": "1" } } }],
+                "volumes": [{ "name": "v", "emptyDir": {} }],
+                "affinity": { "nodeAffinity": {} }
+            },
+            "status": { "phase": "Running", "containerStatuses": [{ "name": "main", "image": "i",
+                "imageID": "id", "ready": true, "restartCount": 0 }] }
+        }))?;
+        let status = pod.status.clone();
+        let t = trim(pod);
+        assert!(t.metadata.managed_fields.is_none());
+        assert_eq!(t.metadata.finalizers, Some(vec!["f".to_string()]));
+        assert_eq!(t.status, status, "status is kept whole");
+        let spec = t.spec.as_ref().expect("spec");
+        assert_eq!(spec.node_name.as_deref(), Some("n1"));
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(spec.priority, Some(5));
+        assert_eq!(spec.tolerations.as_ref().map(Vec::len), Some(1));
+        assert!(spec.volumes.is_none() && spec.affinity.is_none());
+        assert!(spec.containers.is_empty());
+        let init = spec.init_containers.as_ref().expect("init");
+        assert_eq!(init.len(), 1, "only the sidecar is kept");
+        assert_eq!(
+            (init[0].name.as_str(), init[0].restart_policy.as_deref()),
+            ("side", Some("Always"))
+        );
+        assert!(init[0].env.is_none() && init[0].image.is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn other_kinds_only_lose_managed_fields() -> Result<(), serde_json::Error> {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": { "name": "n", "managedFields": [{ "manager": "m" }] },
+            "spec": { "taints": [{ "key": "k", "effect": "NoExecute" }] }
+        }))?;
+        let t = trim(node.clone());
+        assert!(t.metadata.managed_fields.is_none());
+        assert_eq!(t.spec, node.spec);
+        Ok(())
+    }
+}
