@@ -2,6 +2,7 @@
 //! plan in upstream's order; the orphan pass goes through the quarantine
 //! queue and a live node GET before anything is deleted.
 
+use kcm_runtime::client::LeanApi;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,7 +68,7 @@ impl PodGc {
     /// Status patch (if any) then force delete; a failed patch means no delete.
     async fn mark_failed_and_delete(&self, c: &Collect) -> Result<(), GcError> {
         tracing::info!(pod = %format!("{}/{}", c.namespace, c.name), reason = c.reason.label(), "PodGC is force deleting Pod");
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &c.namespace);
+        let api: LeanApi<Pod> = LeanApi::namespaced(self.client.clone(), &c.namespace);
         if let Some(body) = &c.status_patch {
             api.patch_status(&c.name, &PatchParams::default(), &Patch::Strategic(body))
                 .await

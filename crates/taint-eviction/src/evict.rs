@@ -3,6 +3,7 @@
 //! five attempts of live GET → `DisruptionTarget` status patch (only when it
 //! would change something) → DELETE with empty options.
 
+use kcm_runtime::client::LeanApi;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -113,6 +114,7 @@ impl Evictor {
     async fn add_condition_and_delete(&self, args: &WorkArgs) -> Result<Outcome, EvictError> {
         let key = || args.key();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &args.namespace);
+        let lean: LeanApi<Pod> = LeanApi::namespaced(self.client.clone(), &args.namespace);
         let pod = api
             .get(&args.name)
             .await
@@ -123,11 +125,11 @@ impl Evictor {
         if self.conditions
             && let Some(body) = condition_patch(&pod, Timestamp::now())
         {
-            api.patch_status(&args.name, &PatchParams::default(), &Patch::Strategic(body))
+            lean.patch_status(&args.name, &PatchParams::default(), &Patch::Strategic(body))
                 .await
                 .map_err(|source| EvictError::Patch { key: key(), source })?;
         }
-        api.delete(&args.name, &DeleteParams::default())
+        lean.delete(&args.name, &DeleteParams::default())
             .await
             .map_err(|source| EvictError::Delete { key: key(), source })?;
         Ok(Outcome::Deleted)

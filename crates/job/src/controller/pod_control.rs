@@ -3,11 +3,11 @@
 //! scale-down or suspension, create pods in slow-start batches), records
 //! the pod events and lowers expectations for what will not be observed.
 
+use kcm_runtime::client::{LeanApi, Written};
 use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 
 use super::JobController;
@@ -45,7 +45,7 @@ struct Removal {
 /// Removes the tracking finalizer, then deletes the pod (upstream
 /// `deleteJobPods` for one pod). The DELETE is not tried if the patch
 /// failed, even with NotFound.
-async fn remove_pod(api: &Api<Pod>, p: &Pod) -> Removal {
+async fn remove_pod(api: &LeanApi<Pod>, p: &Pod) -> Removal {
     let name = name_of(p);
     if has_tracking_finalizer(p)
         && let Err(e) = api
@@ -92,7 +92,7 @@ impl JobController {
         work: &PodWork,
     ) -> (Outcome, Option<kube::Error>) {
         let ns = ctx.job.metadata.namespace.clone().unwrap_or_default();
-        let api = self.pods_api(&ns);
+        let api = self.pods_lean(&ns);
         let job = &ctx.job;
         match work {
             PodWork::DeleteActive(pods) => {
@@ -201,7 +201,7 @@ impl JobController {
         pods: &[Pod],
     ) -> (Outcome, Option<kube::Error>) {
         let job = &ctx.job;
-        let api = self.pods_api(job.metadata.namespace.as_deref().unwrap_or(""));
+        let api = self.pods_lean(job.metadata.namespace.as_deref().unwrap_or(""));
         self.expectations
             .expect_creations(key, i64::try_from(pods.len()).unwrap_or(i64::MAX));
         let mut out = Outcome::default();
@@ -211,7 +211,7 @@ impl JobController {
         let mut batch = 1usize;
         while next < pods.len() {
             let end = (next + batch).min(pods.len());
-            let results: Vec<Result<Pod, kube::Error>> =
+            let results: Vec<Result<Written, kube::Error>> =
                 futures::stream::iter(pods[next..end].to_vec())
                     .map(|p: Pod| {
                         let api = api.clone();
@@ -229,7 +229,7 @@ impl JobController {
                             job,
                             false,
                             "SuccessfulCreate",
-                            format!("Created pod: {}", name_of(&created)),
+                            format!("Created pod: {}", created.metadata.name.unwrap_or_default()),
                         );
                     }
                     // The namespace is going away: nothing to undo or report.

@@ -2,6 +2,7 @@
 //! [`crate::sync`] and performs their API calls in order, stopping at the
 //! first failed status write (the key is then retried with back-off).
 
+use kcm_runtime::client::LeanApi;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,7 +11,6 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use tracing::Instrument;
 
@@ -53,12 +53,9 @@ fn omit_zero(v: i32) -> Option<i32> {
 }
 
 impl JobController {
-    fn jobs_api(&self, ns: &str) -> Api<Job> {
-        Api::namespaced(self.client.clone(), ns)
-    }
-
-    pub(super) fn pods_api(&self, ns: &str) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), ns)
+    /// Pod writes whose answers are not needed as pods.
+    pub(super) fn pods_lean(&self, ns: &str) -> LeanApi<Pod> {
+        LeanApi::namespaced(self.client.clone(), ns)
     }
 
     pub(super) async fn sync_job(&self, key: &str) -> Result<(), SyncError> {
@@ -174,8 +171,7 @@ impl JobController {
         name: &str,
         ctx: &mut JobCtx,
     ) -> Result<(), kube::Error> {
-        let written = self
-            .jobs_api(ns)
+        let written = LeanApi::<Job>::namespaced(self.client.clone(), ns)
             .replace_status(name, &PostParams::default(), &ctx.job)
             .await?;
         ctx.job.metadata.resource_version = written.metadata.resource_version;
@@ -334,7 +330,7 @@ impl JobController {
             futures::stream::iter(pods.iter().cloned())
                 .map(|p: Arc<Pod>| async move {
                     let uid = p.metadata.uid.clone().unwrap_or_default();
-                    let api = self.pods_api(p.metadata.namespace.as_deref().unwrap_or(""));
+                    let api = self.pods_lean(p.metadata.namespace.as_deref().unwrap_or(""));
                     let r = api
                         .patch(
                             &name_of(&p),

@@ -19,6 +19,7 @@
 //! 5. A `tower::buffer::Buffer` making kube's boxed default stack (base URI,
 //!    auth, extra headers, tracing, hyper) cloneable for the layers above.
 
+pub mod lean;
 mod metrics;
 mod ratelimit;
 mod retry;
@@ -33,6 +34,7 @@ use tower::buffer::{Buffer, BufferLayer};
 use tower::retry::{Retry, RetryLayer};
 use tower::{BoxError, Layer, Service, ServiceBuilder};
 
+pub use self::lean::{LeanApi, Written};
 pub use self::metrics::{
     AttemptMetrics, AttemptMetricsLayer, Instrument, InstrumentLayer, RestClientMetrics, TimedBody,
     rest_client_metrics,

@@ -32,9 +32,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use crate::client::LeanApi;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Event, ObjectReference};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use prometheus::{IntCounterVec, Opts};
 use tokio::sync::{mpsc, oneshot};
 
@@ -332,7 +333,8 @@ impl Writer {
             component: self.component,
             instance: &instance,
         };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &event_namespace(&p.involved));
+        let api: LeanApi<Event> =
+            LeanApi::namespaced(self.client.clone(), &event_namespace(&p.involved));
 
         if let Decision::Patch(entry) = decision {
             let patch = count_patch(entry.count, entry.last, &message);
@@ -389,7 +391,7 @@ impl Writer {
 
     /// Creates `ev`, retrying transient failures. An AlreadyExists answer
     /// means an earlier attempt landed. Returns whether the event exists.
-    async fn create(&self, api: &Api<Event>, ev: &Event) -> bool {
+    async fn create(&self, api: &LeanApi<Event>, ev: &Event) -> bool {
         let name = ev.metadata.name.as_deref().unwrap_or_default();
         for attempt in 1..=WRITE_ATTEMPTS {
             match api.create(&PostParams::default(), ev).await {
