@@ -62,6 +62,23 @@ fn requests_note(label: &str, r: &Requests, pods: f64) -> String {
     format!("{label} requests/pod by verb: {}", parts.join(", "))
 }
 
+/// Throughput, requests per pod, controller CPU and peak RSS, each as
+/// `[pods/s, requests/pod, CPU-s, MiB]` for upstream and kcm-rs.
+fn cost_metrics(up: [f64; 4], us: [f64; 4]) -> Vec<Metric> {
+    let spec = [
+        ("pods/s", "pods/s", false, 1.0),
+        ("requests/pod", "req/pod", true, 1.0),
+        ("controller CPU", "CPU-s", true, 0.5),
+        ("peak RSS", "MiB", true, 0.5),
+    ];
+    spec.iter()
+        .zip(up.iter().zip(us.iter()))
+        .map(|((name, unit, lower, target), (u, o))| {
+            metric(name, unit, *u, *o, *lower, Some(*target))
+        })
+        .collect()
+}
+
 fn scaled(n: usize, scale: f64) -> usize {
     ((n as f64 * scale).round() as usize).max(1)
 }
@@ -75,41 +92,29 @@ fn jobs_workload(
     Workload {
         id: id.into(),
         description,
-        metrics: vec![
-            metric("wall time", "s", up.wall_s, us.wall_s, true, Some(1.0)),
-            metric(
-                "pods/s",
-                "pods/s",
+        metrics: std::iter::once(metric(
+            "wall time",
+            "s",
+            up.wall_s,
+            us.wall_s,
+            true,
+            Some(1.0),
+        ))
+        .chain(cost_metrics(
+            [
                 up.pods_created / up.wall_s,
-                us.pods_created / us.wall_s,
-                false,
-                Some(1.0),
-            ),
-            metric(
-                "requests/pod",
-                "req/pod",
                 up.requests_per_pod(),
-                us.requests_per_pod(),
-                true,
-                Some(1.0),
-            ),
-            metric(
-                "controller CPU",
-                "CPU-s",
                 up.cpu_s,
-                us.cpu_s,
-                true,
-                Some(0.5),
-            ),
-            metric(
-                "peak RSS",
-                "MiB",
                 up.peak_rss_mib,
+            ],
+            [
+                us.pods_created / us.wall_s,
+                us.requests_per_pod(),
+                us.cpu_s,
                 us.peak_rss_mib,
-                true,
-                Some(0.5),
-            ),
-        ],
+            ],
+        ))
+        .collect(),
         notes: vec![
             format!(
                 "pods created: upstream {}, kcm-rs {}; Jobs: upstream {:?}, kcm-rs {:?}",
@@ -300,40 +305,20 @@ async fn main() -> anyhow::Result<()> {
             results.workloads.push(Workload {
                 id: id.into(),
                 description: desc,
-                metrics: vec![
-                    metric(
-                        "pods/s",
-                        "pods/s",
+                metrics: cost_metrics(
+                    [
                         up.pods_per_second(),
-                        us.pods_per_second(),
-                        false,
-                        Some(1.0),
-                    ),
-                    metric(
-                        "requests/pod",
-                        "req/pod",
                         up.requests_per_pod(),
-                        us.requests_per_pod(),
-                        true,
-                        Some(1.0),
-                    ),
-                    metric(
-                        "controller CPU",
-                        "CPU-s",
                         up.cpu_s,
-                        us.cpu_s,
-                        true,
-                        Some(0.5),
-                    ),
-                    metric(
-                        "peak RSS",
-                        "MiB",
                         up.peak_rss_mib,
+                    ],
+                    [
+                        us.pods_per_second(),
+                        us.requests_per_pod(),
+                        us.cpu_s,
                         us.peak_rss_mib,
-                        true,
-                        Some(0.5),
-                    ),
-                ],
+                    ],
+                ),
                 notes: vec![
                     requests_note("upstream", &up.requests, up.pods as f64),
                     requests_note("kcm-rs", &us.requests, us.pods as f64),
