@@ -205,6 +205,22 @@ pub struct SimStats {
     pub errors: AtomicUsize,
 }
 
+impl SimStats {
+    /// `bound=.. started=.. finished=.. killed=.. deletes=.. errors=..`
+    pub fn summary(&self) -> String {
+        let n = |c: &AtomicUsize| c.load(Ordering::Relaxed);
+        format!(
+            "bound={} started={} finished={} killed={} deletes={} errors={}",
+            n(&self.bound),
+            n(&self.started),
+            n(&self.finished),
+            n(&self.killed),
+            n(&self.deletes),
+            n(&self.errors)
+        )
+    }
+}
+
 struct Sim {
     client: kube::Client,
     cfg: SimConfig,

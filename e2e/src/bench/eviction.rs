@@ -13,7 +13,8 @@ use kube::runtime::watcher;
 use serde_json::json;
 
 use super::common::{
-    Env, Impl, Requests, controller_requests, create_many, delta, request_counts, spawn_manager,
+    Env, Impl, Manager, Requests, controller_requests, create_many, delta, request_counts,
+    spawn_manager,
 };
 use crate::{ControlPlane, TestNamespace, kubelet};
 
@@ -130,28 +131,18 @@ pub async fn pod_gc(
         30,
         &[format!("--terminated-pod-gc-threshold={threshold}")],
     )?;
-    let cpu0 = 0.0;
-    wait_until_left(
+    let what = format!("W5 pod GC {}", imp.label());
+    finish(
         env,
-        &format!("W5 pod GC {}", imp.label()),
+        &what,
+        &client,
         &pods,
         threshold,
-        t0,
-        Duration::from_secs(1800),
+        (t0, 0.0, before),
+        mgr,
+        over,
     )
-    .await?;
-    let seconds = t0.elapsed().as_secs_f64();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let d = delta(&before, &request_counts(&client).await?);
-    let run = EvictionRun {
-        pods: over,
-        seconds,
-        cpu_s: mgr.cpu() - cpu0,
-        peak_rss_mib: mgr.peak_rss(),
-        requests: controller_requests(&d, false),
-    };
-    mgr.stop().await;
-    Ok(run)
+    .await
 }
 
 /// A Ready node with `n` running pods without tolerations is tainted
@@ -191,18 +182,29 @@ pub async fn taint(env: &Env, imp: Impl, n: usize) -> anyhow::Result<EvictionRun
             &Patch::Merge(json!({ "spec": { "taints": [{ "key": "bench", "value": "now", "effect": "NoExecute" }] } })),
         )
         .await?;
-    wait_until_left(
-        env,
-        &format!("W5 taint {}", imp.label()),
-        &pods,
-        0,
-        t0,
-        Duration::from_secs(1800),
-    )
-    .await?;
+    let what = format!("W5 taint {}", imp.label());
+    finish(env, &what, &client, &pods, 0, (t0, cpu0, before), mgr, n).await
+}
+
+/// Waits until `remaining` pods are left, then reads the figures of `n`
+/// pods removed since `start` (time, the manager's CPU then, request
+/// counts then) and stops the manager.
+#[allow(clippy::too_many_arguments)]
+async fn finish(
+    env: &Env,
+    what: &str,
+    client: &kube::Client,
+    pods: &Api<Pod>,
+    remaining: usize,
+    start: (Instant, f64, Requests),
+    mgr: Manager,
+    n: usize,
+) -> anyhow::Result<EvictionRun> {
+    let (t0, cpu0, before) = start;
+    wait_until_left(env, what, pods, remaining, t0, Duration::from_secs(1800)).await?;
     let seconds = t0.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let d = delta(&before, &request_counts(&client).await?);
+    let d = delta(&before, &request_counts(client).await?);
     let run = EvictionRun {
         pods: n,
         seconds,

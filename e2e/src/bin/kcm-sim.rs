@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -57,14 +56,7 @@ async fn main() -> anyhow::Result<()> {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
-                eprintln!(
-                    "kcm-sim: bound={} started={} finished={} killed={} errors={}",
-                    stats.bound.load(Ordering::Relaxed),
-                    stats.started.load(Ordering::Relaxed),
-                    stats.finished.load(Ordering::Relaxed),
-                    stats.killed.load(Ordering::Relaxed),
-                    stats.errors.load(Ordering::Relaxed),
-                );
+                eprintln!("kcm-sim: {}", stats.summary());
             }
         });
     }
@@ -76,14 +68,6 @@ async fn main() -> anyhow::Result<()> {
     }
     // One parseable line for benchmarks, which subtract the simulator's
     // own requests.
-    eprintln!(
-        "kcm-sim final: bound={} started={} finished={} killed={} deletes={} errors={}",
-        stats.bound.load(Ordering::Relaxed),
-        stats.started.load(Ordering::Relaxed),
-        stats.finished.load(Ordering::Relaxed),
-        stats.killed.load(Ordering::Relaxed),
-        stats.deletes.load(Ordering::Relaxed),
-        stats.errors.load(Ordering::Relaxed),
-    );
+    eprintln!("kcm-sim final: {}", stats.summary());
     Ok(())
 }
