@@ -16,7 +16,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 
 use super::EventType;
-use super::correlate::{MAX_CACHE_ENTRIES, within};
+use super::correlate::{MAX_CACHE_ENTRIES, drop_oldest_if_full, within};
 
 /// Distinct messages within one group before events are combined. Matches
 /// client-go's `defaultAggregateMaxEvents` (10): the 10th distinct message
@@ -136,15 +136,7 @@ impl Aggregator {
     fn evict(&mut self, now: Timestamp) {
         let window = self.window;
         self.groups.retain(|_, g| within(g.last, now, window));
-        if self.groups.len() >= self.capacity
-            && let Some(oldest) = self
-                .groups
-                .iter()
-                .min_by_key(|(_, g)| g.last)
-                .map(|(k, _)| k.clone())
-        {
-            self.groups.remove(&oldest);
-        }
+        drop_oldest_if_full(&mut self.groups, self.capacity, |g| g.last);
     }
 
     /// Groups held.

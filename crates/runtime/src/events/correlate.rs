@@ -261,6 +261,23 @@ pub(super) fn within(last: Timestamp, at: Timestamp, window: Duration) -> bool {
     elapsed <= i128::try_from(window.as_nanos()).unwrap_or(i128::MAX)
 }
 
+/// When `map` holds `capacity` entries or more, drops the one whose `at`
+/// is oldest (the bounded caches of the aggregator and the spam filter).
+pub(super) fn drop_oldest_if_full<K: Clone + Eq + std::hash::Hash, V>(
+    map: &mut std::collections::HashMap<K, V>,
+    capacity: usize,
+    at: impl Fn(&V) -> Timestamp,
+) {
+    if map.len() >= capacity
+        && let Some(oldest) = map
+            .iter()
+            .min_by_key(|(_, v)| at(v))
+            .map(|(k, _)| k.clone())
+    {
+        map.remove(&oldest);
+    }
+}
+
 /// How to write one recorded event that passed the spam filter. Once the
 /// write succeeded, pass `key` and the entry written to
 /// [`EventCorrelator::record`].

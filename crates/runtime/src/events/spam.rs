@@ -11,7 +11,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 
 use super::EventType;
-use super::correlate::MAX_CACHE_ENTRIES;
+use super::correlate::{MAX_CACHE_ENTRIES, drop_oldest_if_full};
 
 /// Bucket size: events written about one object before throttling starts.
 /// Matches client-go's `defaultSpamBurst` (25).
@@ -122,15 +122,7 @@ impl SpamFilter {
         for k in refilled {
             self.buckets.remove(&k);
         }
-        if self.buckets.len() >= self.capacity
-            && let Some(oldest) = self
-                .buckets
-                .iter()
-                .min_by_key(|(_, b)| b.at)
-                .map(|(k, _)| k.clone())
-        {
-            self.buckets.remove(&oldest);
-        }
+        drop_oldest_if_full(&mut self.buckets, self.capacity, |b| b.at);
     }
 
     /// Buckets held.
