@@ -208,6 +208,25 @@ impl SimProcess {
     }
 }
 
+/// A Job watch positioned after its initial list, so every later event is
+/// a change made after this call.
+pub async fn job_watch_after_list(
+    api: &kube::Api<Job>,
+    config: kube::runtime::watcher::Config,
+) -> futures::stream::BoxStream<
+    'static,
+    kube::runtime::watcher::Result<kube::runtime::watcher::Event<Job>>,
+> {
+    use kube::runtime::watcher;
+    let mut stream = watcher::watcher(api.clone(), config).boxed();
+    while let Some(ev) = stream.next().await {
+        if matches!(ev, Ok(watcher::Event::InitDone)) {
+            break;
+        }
+    }
+    stream
+}
+
 /// `apiserver_request_total` summed by "VERB resource[/subresource]".
 pub type Requests = BTreeMap<String, f64>;
 

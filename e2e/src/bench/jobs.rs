@@ -14,8 +14,8 @@ use kube::runtime::watcher;
 use serde_json::json;
 
 use super::common::{
-    Env, Impl, Requests, controller_requests, create_many, delta, job, request_counts,
-    spawn_manager, spawn_sim, terminal,
+    Env, Impl, Requests, controller_requests, create_many, delta, job, job_watch_after_list,
+    request_counts, spawn_manager, spawn_sim, terminal,
 };
 use crate::{ControlPlane, TestNamespace};
 
@@ -93,12 +93,7 @@ pub async fn run(
     // Both list empty caches within a second; give them three.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let api: Api<Job> = Api::namespaced(client.clone(), &ns.name);
-    let mut stream = watcher::watcher(api.clone(), watcher::Config::default()).boxed();
-    while let Some(ev) = stream.next().await {
-        if matches!(ev, Ok(watcher::Event::InitDone)) {
-            break;
-        }
-    }
+    let mut stream = job_watch_after_list(&api, watcher::Config::default()).await;
     let before = request_counts(&client).await?;
     let (cpu0, sim0) = (mgr.cpu(), sim.cpu());
     let t0 = Instant::now();

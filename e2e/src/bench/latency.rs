@@ -13,7 +13,7 @@ use kube::api::{ListParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
 
-use super::common::{Env, Impl, job, spawn_manager};
+use super::common::{Env, Impl, job, job_watch_after_list, spawn_manager};
 use crate::{ControlPlane, TestNamespace, kubelet};
 
 /// Seconds from the pod's `Failed` status write to each condition.
@@ -64,12 +64,7 @@ pub async fn run(env: &Env, imp: Impl, runs: usize) -> anyhow::Result<Latencies>
         // (both batch pod events for a second).
         tokio::time::sleep(Duration::from_millis(2500)).await;
         let wc = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        let mut stream = watcher::watcher(jobs.clone(), wc).boxed();
-        while let Some(ev) = stream.next().await {
-            if matches!(ev, Ok(watcher::Event::InitDone)) {
-                break;
-            }
-        }
+        let mut stream = job_watch_after_list(&jobs, wc).await;
         kubelet::finish_pod(&pods, &pod_name, 42).await?;
         let t0 = Instant::now();
         let deadline = Duration::from_secs(30);

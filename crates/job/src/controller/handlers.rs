@@ -13,7 +13,7 @@ use kcm_runtime::informer::{BY_NAMESPACE, Change, object_key};
 use super::{JobController, OrphanKey, SYNC_JOB_BATCH_PERIOD};
 use crate::metrics::metrics;
 use crate::pod_failure_policy::{Action, effective_policy, match_pod_failure_policy};
-use crate::pods::{JOB_CONTROLLER_NAME, has_tracking_finalizer, is_terminal};
+use crate::pods::{JOB_CONTROLLER_NAME, has_tracking_finalizer, is_terminal, phase};
 use crate::selector;
 
 pub fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
@@ -67,7 +67,7 @@ fn record_tracking_finalizer(old: Option<&Pod>, new: Option<&Pod>) {
 /// (at most once per Job: later syncs see `FailureTarget`). This halves the
 /// time from the failure to `FailureTarget` and costs no extra requests.
 fn newly_fails_job(job: &Job, old: &Pod, cur: &Pod, gate_enabled: bool) -> bool {
-    let failed = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed");
+    let failed = |p: &Pod| phase(p) == "Failed";
     if failed(old) || !failed(cur) || is_finished(job) {
         return false;
     }
