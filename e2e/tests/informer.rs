@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::{TestNamespace, kubelet, shared};
 use kcm_runtime::informer::{
-    BY_NAMESPACE, BY_NODE_NAME, Change, InformerFactory, namespace_index, pod_node_index,
+    BY_NAMESPACE, BY_NODE_NAME, Change, InformerFactory, WirePod, namespace_index, pod_node_index,
 };
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
@@ -94,7 +94,18 @@ async fn informer_sees_add_update_delete_and_deletes_missed_while_down() {
         .expect("node");
     kubelet::bind_pod(&pods, "live", &node).await.expect("bind");
     wait_seen(&seen, &format!("update live node \"\"->{node:?}")).await;
-    assert_eq!(informer.store().by_index(BY_NODE_NAME, &node).len(), 1);
+    let cached = informer.store().by_index(BY_NODE_NAME, &node);
+    assert_eq!(cached.len(), 1);
+    // Decoded lean from the wire: no managed fields, no container specs,
+    // but the node, the uid and the status the controllers read.
+    assert!(cached[0].metadata.managed_fields.is_none());
+    assert!(cached[0].metadata.uid.is_some());
+    assert!(
+        cached[0].spec.as_ref().is_some_and(
+            |s| s.containers.is_empty() && s.restart_policy.as_deref() == Some("Always")
+        )
+    );
+    assert!(cached[0].status.is_some());
     pods.delete("live", &DeleteParams::default().grace_period(0))
         .await
         .expect("delete");
@@ -113,7 +124,7 @@ async fn informer_sees_add_update_delete_and_deletes_missed_while_down() {
         .expect("gone");
     let restart = CancellationToken::new();
     tokio::spawn(Arc::clone(&informer).run(
-        Api::<Pod>::all(client.clone()),
+        Api::<WirePod>::all(client.clone()),
         watcher::Config::default().any_semantic(),
         restart.clone(),
     ));

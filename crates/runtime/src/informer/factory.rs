@@ -54,7 +54,7 @@ impl InformerFactory {
         let inf = Arc::new(Informer::<K>::new());
         let for_start = Arc::clone(&inf);
         let starter: Starter = Box::new(move |client, stop| {
-            let api = Api::<K>::all(client);
+            let api = Api::<K::Wire>::all(client);
             // Resource version "0" lists from the watch cache, as client-go
             // informers do; a quorum read of every pod is needlessly costly.
             let config = watcher::Config::default().any_semantic();

@@ -9,11 +9,13 @@
 mod factory;
 mod store;
 mod trim;
+mod wire;
 
 use std::fmt::Debug;
 use std::sync::Arc;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource, ResourceExt};
@@ -27,6 +29,7 @@ pub use store::{
     BY_CONTROLLER_UID, BY_NAMESPACE, BY_NODE_NAME, IndexFn, Store, controller_uid_index,
     namespace_index, object_key, pod_node_index,
 };
+pub use wire::WirePod;
 
 /// A change to one object, as handlers see it.
 #[derive(Debug)]
@@ -40,15 +43,45 @@ pub enum Change<K> {
 /// map the change to work-queue keys and return.
 pub type Handler<K> = Arc<dyn Fn(&Change<K>) + Send + Sync>;
 
-/// What a kind needs to be informed on.
+/// What a kind needs to be informed on. `Wire` is the type its watch
+/// decodes: the kind itself, or for pods a [`WirePod`] that skips what the
+/// cache would drop.
 pub trait Informable:
     Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
 {
+    type Wire: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static;
+    fn from_wire(wire: Self::Wire) -> Self;
 }
-impl<K> Informable for K where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
-{
+
+impl Informable for Pod {
+    type Wire = WirePod;
+    fn from_wire(wire: WirePod) -> Pod {
+        wire.into()
+    }
 }
+
+/// Kinds decoded as they are (their `managedFields` are dropped by `trim`).
+macro_rules! informable_as_is {
+    ($($kind:ty),* $(,)?) => {$(
+        impl Informable for $kind {
+            type Wire = $kind;
+            fn from_wire(wire: $kind) -> $kind {
+                wire
+            }
+        }
+    )*};
+}
+
+informable_as_is!(
+    k8s_openapi::api::batch::v1::Job,
+    k8s_openapi::api::core::v1::Node,
+    k8s_openapi::api::core::v1::Namespace,
+    k8s_openapi::api::core::v1::ReplicationController,
+    k8s_openapi::api::apps::v1::ReplicaSet,
+    k8s_openapi::api::apps::v1::Deployment,
+    k8s_openapi::api::apps::v1::StatefulSet,
+    k8s_openapi::api::policy::v1::PodDisruptionBudget,
+);
 
 /// One resource kind's shared informer.
 pub struct Informer<K: Informable> {
@@ -157,7 +190,7 @@ impl<K: Informable> Informer<K> {
     /// Runs the watch until `stop` is cancelled.
     pub async fn run(
         self: Arc<Self>,
-        api: Api<K>,
+        api: Api<K::Wire>,
         config: watcher::Config,
         stop: CancellationToken,
     ) {
@@ -169,13 +202,24 @@ impl<K: Informable> Informer<K> {
                 next = stream.next() => next,
             };
             match next {
-                Some(Ok(event)) => self.apply(event, &mut relist),
+                Some(Ok(event)) => self.apply(from_wire::<K>(event), &mut relist),
                 Some(Err(e)) => {
                     tracing::warn!(kind = %self.kind, "watch error (will retry with backoff): {e}");
                 }
                 None => return,
             }
         }
+    }
+}
+
+/// A watch event of the wire type as one of the kind.
+fn from_wire<K: Informable>(event: Event<K::Wire>) -> Event<K> {
+    match event {
+        Event::Init => Event::Init,
+        Event::InitApply(w) => Event::InitApply(K::from_wire(w)),
+        Event::InitDone => Event::InitDone,
+        Event::Apply(w) => Event::Apply(K::from_wire(w)),
+        Event::Delete(w) => Event::Delete(K::from_wire(w)),
     }
 }
 
