@@ -39,10 +39,13 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     jobs.add_index(BY_NAMESPACE, namespace_index());
     let pods = ctx.informers.informer();
     pods.add_index(BY_CONTROLLER_UID, controller_uid_index());
-    pods.add_index(BY_NAMESPACE, namespace_index());
     pods.add_index(
         controller::BY_ORPHAN_NAMESPACE,
         controller::orphan_namespace_index(),
+    );
+    pods.add_index(
+        controller::BY_TRACKING_NAMESPACE,
+        controller::tracking_namespace_index(),
     );
     let rate = RateLimit::per_key(controller::JOB_API_BACKOFF, controller::MAX_JOB_API_BACKOFF);
     let jc = Arc::new(controller::JobController {

@@ -45,6 +45,23 @@ pub fn orphan_namespace_index() -> kcm_runtime::informer::IndexFn<Pod> {
     })
 }
 
+/// Index name: pods holding the Job tracking finalizer, by namespace. A
+/// finished or deleted Job's finalizer sweep can only act on these, so it
+/// walks them instead of every pod in the namespace (upstream lists the
+/// whole namespace; with thousands of finished pods that sweep, run once
+/// per finished Job, dominated kcm-rs's CPU growth with scale).
+pub const BY_TRACKING_NAMESPACE: &str = "job-tracking-namespace";
+
+/// Files pods that still hold the tracking finalizer under their namespace.
+pub fn tracking_namespace_index() -> kcm_runtime::informer::IndexFn<Pod> {
+    Arc::new(|p: &Pod| {
+        if !crate::pods::has_tracking_finalizer(p) {
+            return Vec::new();
+        }
+        p.metadata.namespace.clone().into_iter().collect()
+    })
+}
+
 /// An orphan-queue item: one pod by name, or every pod a selector matches.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum OrphanKey {
@@ -141,5 +158,30 @@ impl JobController {
         self.queue.shutdown();
         self.orphan_queue.shutdown();
         futures::future::join_all(tasks).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(finalizers: serde_json::Value, owned: bool) -> Pod {
+        let mut p = json!({ "metadata": { "name": "p", "namespace": "ns", "finalizers": finalizers } });
+        if owned {
+            p["metadata"]["ownerReferences"] = json!([{ "apiVersion": "batch/v1", "kind": "Job",
+                "name": "j", "uid": "u", "controller": true }]);
+        }
+        serde_json::from_value(p).expect("pod")
+    }
+
+    #[test]
+    fn only_pods_with_the_tracking_finalizer_are_sweep_candidates() {
+        let index = tracking_namespace_index();
+        let tracked = json!([crate::pods::JOB_TRACKING_FINALIZER]);
+        assert_eq!(index(&pod(tracked.clone(), true)), vec!["ns".to_string()]);
+        assert_eq!(index(&pod(tracked, false)), vec!["ns".to_string()]);
+        assert!(index(&pod(json!(["other"]), true)).is_empty());
+        assert!(index(&pod(json!(null), true)).is_empty());
     }
 }

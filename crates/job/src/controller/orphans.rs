@@ -3,15 +3,15 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kcm_runtime::informer::{BY_NAMESPACE, object_key};
+use kcm_runtime::informer::object_key;
+use kcm_runtime::selector::Selector;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 use super::handlers::{controller_of, is_finished, managed_by_other};
-use super::{JobController, OrphanKey};
+use super::{BY_TRACKING_NAMESPACE, JobController, OrphanKey};
 use crate::pods::{JOB_TRACKING_FINALIZER, has_tracking_finalizer};
-use crate::selector;
 
 /// The strategic-merge patch that removes only the tracking finalizer.
 pub fn remove_finalizer_patch() -> serde_json::Value {
@@ -55,8 +55,13 @@ impl JobController {
                 let Ok(sel) = serde_json::from_str::<LabelSelector>(selector) else {
                     return Ok(());
                 };
-                for pod in self.pods.store().by_index(BY_NAMESPACE, namespace) {
-                    if selector::matches(&sel, pod.metadata.labels.as_ref())
+                // A selector upstream cannot convert matches nothing.
+                let Ok(sel) = Selector::parse(Some(&sel)) else {
+                    return Ok(());
+                };
+                // Only pods with the finalizer have anything to clean up.
+                for pod in self.pods.store().by_index(BY_TRACKING_NAMESPACE, namespace) {
+                    if sel.matches(pod.metadata.labels.as_ref())
                         && let Err(e) = self.handle_orphan(&pod).await
                     {
                         // Per-pod errors are only logged, as upstream.

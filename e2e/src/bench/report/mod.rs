@@ -126,6 +126,22 @@ fn fmt_ratio(r: f64) -> String {
     }
 }
 
+/// The metric's ratio, with more digits when two would hide which side of
+/// the target it is on (`1.0003×` against `≤ 1×`, not a bare `1.00×`).
+fn fmt_metric_ratio(m: &Metric) -> String {
+    let short = fmt_ratio(m.ratio());
+    let (Some(t), Some(met)) = (m.target_ratio, m.meets_target()) else {
+        return short;
+    };
+    let shown: f64 = fmt_ratio_num(m.ratio()).parse().unwrap_or(f64::NAN);
+    let shown_met = if m.lower_is_better { shown <= t } else { shown >= t };
+    if shown_met == met {
+        short
+    } else {
+        format!("{:.4}×", m.ratio())
+    }
+}
+
 /// A target as written by people: `0.5`, `1`, `0.25` (no trailing zeros).
 fn fmt_plain(v: f64) -> String {
     let s = format!("{v:.3}");
@@ -234,7 +250,7 @@ pub fn markdown_with_chart(r: &Results, chart: Option<&str>) -> String {
                 cell(&m.unit),
                 fmt_num(m.upstream),
                 fmt_num(m.kcm_rs),
-                fmt_ratio(m.ratio()),
+                fmt_metric_ratio(m),
                 fmt_target(m),
                 fmt_met(m),
             );

@@ -113,6 +113,12 @@ fn numbers_have_about_three_significant_digits() {
     assert_eq!(fmt_ratio(0.053), "0.053×");
     assert_eq!(fmt_ratio(0.42), "0.42×");
     assert_eq!(fmt_ratio(12.4), "12×");
+    // Two digits would show 1.00× for a missed "at most 1×" target.
+    let close = metric("requests/pod", 2.6310, 2.6318, true, Some(1.0));
+    assert_eq!(close.meets_target(), Some(false));
+    assert_eq!(fmt_metric_ratio(&close), "1.0003×");
+    let equal = metric("requests/pod", 2.63, 2.63, true, Some(1.0));
+    assert_eq!(fmt_metric_ratio(&equal), "1.00×");
     assert_eq!(fmt_plain(1.0), "1");
     assert_eq!(fmt_plain(0.5), "0.5");
 }
