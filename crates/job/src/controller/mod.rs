@@ -167,7 +167,8 @@ mod tests {
     use serde_json::json;
 
     fn pod(finalizers: serde_json::Value, owned: bool) -> Pod {
-        let mut p = json!({ "metadata": { "name": "p", "namespace": "ns", "finalizers": finalizers } });
+        let mut p =
+            json!({ "metadata": { "name": "p", "namespace": "ns", "finalizers": finalizers } });
         if owned {
             p["metadata"]["ownerReferences"] = json!([{ "apiVersion": "batch/v1", "kind": "Job",
                 "name": "j", "uid": "u", "controller": true }]);

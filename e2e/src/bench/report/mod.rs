@@ -134,7 +134,11 @@ fn fmt_metric_ratio(m: &Metric) -> String {
         return short;
     };
     let shown: f64 = fmt_ratio_num(m.ratio()).parse().unwrap_or(f64::NAN);
-    let shown_met = if m.lower_is_better { shown <= t } else { shown >= t };
+    let shown_met = if m.lower_is_better {
+        shown <= t
+    } else {
+        shown >= t
+    };
     if shown_met == met {
         short
     } else {
