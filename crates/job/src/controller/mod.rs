@@ -48,8 +48,8 @@ pub fn orphan_namespace_index() -> kcm_runtime::informer::IndexFn<Pod> {
 /// Index name: pods holding the Job tracking finalizer, by namespace. A
 /// finished or deleted Job's finalizer sweep can only act on these, so it
 /// walks them instead of every pod in the namespace (upstream lists the
-/// whole namespace; with thousands of finished pods that sweep, run once
-/// per finished Job, dominated kcm-rs's CPU growth with scale).
+/// whole namespace: with 1,000 Jobs finishing among 10,000 kept pods that
+/// is some 10^7 pods visited for nothing).
 pub const BY_TRACKING_NAMESPACE: &str = "job-tracking-namespace";
 
 /// Files pods that still hold the tracking finalizer under their namespace.
