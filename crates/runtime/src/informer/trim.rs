@@ -8,21 +8,49 @@
 //! patched, and the one status PUT (the stale `DisruptionTarget` reset) goes
 //! to the status subresource, where the API server takes the spec from the
 //! stored pod. The status is kept whole, because that PUT sends it back.
+//!
+//! Every list the cache keeps is also shrunk to its length. serde grows a
+//! list from empty, so a pod's one container status (752 B) sat in room for
+//! four and five conditions in room for eight: a heap profile of W1 showed
+//! those spare slots as a quarter of kcm-rs's heap.
 
 use std::any::Any;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
 use kube::Resource;
 
 /// Trims `obj` for the cache.
 pub fn trim<K: Resource + Any>(mut obj: K) -> K {
-    obj.meta_mut().managed_fields = None;
-    if let Some(pod) = (&mut obj as &mut dyn Any).downcast_mut::<Pod>()
-        && let Some(spec) = pod.spec.as_mut()
-    {
-        trim_pod_spec(spec);
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    shrink(&mut meta.owner_references);
+    shrink(&mut meta.finalizers);
+    if let Some(pod) = (&mut obj as &mut dyn Any).downcast_mut::<Pod>() {
+        if let Some(spec) = pod.spec.as_mut() {
+            trim_pod_spec(spec);
+        }
+        if let Some(status) = pod.status.as_mut() {
+            shrink_pod_status(status);
+        }
     }
     obj
+}
+
+fn shrink<T>(list: &mut Option<Vec<T>>) {
+    if let Some(list) = list {
+        list.shrink_to_fit();
+    }
+}
+
+/// Drops the spare room of the status lists; nothing in them changes.
+fn shrink_pod_status(status: &mut PodStatus) {
+    shrink(&mut status.conditions);
+    shrink(&mut status.container_statuses);
+    shrink(&mut status.init_container_statuses);
+    shrink(&mut status.ephemeral_container_statuses);
+    shrink(&mut status.host_ips);
+    shrink(&mut status.pod_ips);
+    shrink(&mut status.resource_claim_statuses);
 }
 
 /// Keeps what the controllers read: node name, tolerations, restart
@@ -40,7 +68,11 @@ fn trim_pod_spec(spec: &mut PodSpec) {
             })
             .collect();
         spec.init_containers = (!sidecars.is_empty()).then_some(sidecars);
+        shrink(&mut spec.init_containers);
     }
+    shrink(&mut spec.tolerations);
+    shrink(&mut spec.readiness_gates);
+    shrink(&mut spec.scheduling_gates);
     spec.ephemeral_containers = None;
     spec.volumes = None;
     spec.affinity = None;
@@ -106,6 +138,37 @@ mod tests {
             ("side", Some("Always"))
         );
         assert!(init[0].env.is_none() && init[0].image.is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn kept_lists_have_no_spare_room() -> Result<(), serde_json::Error> {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": { "name": "p", "finalizers": ["f"],
+                "ownerReferences": [{ "apiVersion": "batch/v1", "kind": "Job", "name": "j",
+                    "uid": "u" }] },
+            "spec": { "tolerations": [{ "key": "k", "operator": "Exists" }] },
+            "status": { "conditions": [
+                    { "type": "A", "status": "True" }, { "type": "B", "status": "True" },
+                    { "type": "C", "status": "True" }, { "type": "D", "status": "True" },
+                    { "type": "E", "status": "True" }],
+                "containerStatuses": [{ "name": "main", "image": "i", "imageID": "",
+                    "ready": false, "restartCount": 0 }] }
+        }))?;
+        let before = pod.status.clone();
+        let t = trim(pod);
+        assert_eq!(t.status, before, "shrinking changes no content");
+        let status = t.status.as_ref().expect("status");
+        let room = |len: usize, cap: usize| assert_eq!(cap, len);
+        let conditions = status.conditions.as_ref().expect("conditions");
+        room(conditions.len(), conditions.capacity());
+        let containers = status.container_statuses.as_ref().expect("containers");
+        room(containers.len(), containers.capacity());
+        let tolerations = t.spec.as_ref().and_then(|s| s.tolerations.as_ref());
+        let tolerations = tolerations.expect("tolerations");
+        room(tolerations.len(), tolerations.capacity());
+        let owners = t.metadata.owner_references.as_ref().expect("owners");
+        room(owners.len(), owners.capacity());
         Ok(())
     }
 
