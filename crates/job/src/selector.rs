@@ -10,7 +10,13 @@ use kcm_runtime::selector::Selector;
 /// everything; a selector upstream cannot convert (unknown operator, wrong
 /// value count) matches nothing.
 pub fn matches(selector: &LabelSelector, labels: Option<&BTreeMap<String, String>>) -> bool {
-    Selector::parse(Some(selector)).is_ok_and(|s| s.matches(labels))
+    matcher(selector)(labels)
+}
+
+/// [`matches`] with the selector parsed once, for loops over many pods.
+pub fn matcher(selector: &LabelSelector) -> impl Fn(Option<&BTreeMap<String, String>>) -> bool {
+    let parsed = Selector::parse(Some(selector)).ok();
+    move |labels| parsed.as_ref().is_some_and(|s| s.matches(labels))
 }
 
 /// True when the selector selects nothing in particular (no labels, no
