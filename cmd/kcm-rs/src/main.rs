@@ -4,6 +4,7 @@
 mod flags;
 mod registry;
 mod serve;
+mod tools;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -249,6 +250,11 @@ async fn run(
 }
 
 fn main() -> ExitCode {
+    // `kcm-rs explain|lint ...` are tools; anything else is KCM's command line.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if tools::is_tool(args.get(1).and_then(|a| a.to_str())) {
+        return tools::main(args);
+    }
     let flags = Flags::parse();
     init_logging(&flags);
     let user_error = |msg: String| {

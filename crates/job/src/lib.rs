@@ -3,7 +3,9 @@
 pub mod active_pods;
 pub mod backoff;
 pub mod controller;
+pub mod explain;
 pub mod indexes;
+pub mod lint;
 pub mod metrics;
 pub mod pod_failure_policy;
 pub mod pods;

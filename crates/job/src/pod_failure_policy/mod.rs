@@ -9,7 +9,7 @@ use std::fmt;
 
 use k8s_openapi::api::batch::v1::{
     Job, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement,
-    PodFailurePolicyOnPodConditionsPattern,
+    PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition};
 
@@ -76,6 +76,9 @@ pub struct PolicyMatch {
     /// The action of the deciding rule; `None` when no rule decided (default
     /// handling, which counts the failure but is not labelled in metrics).
     pub action: Option<Action>,
+    /// The index of the deciding rule in `rules` (what `kcm-rs explain`
+    /// names); `None` when no rule decided.
+    pub rule: Option<usize>,
 }
 
 impl PolicyMatch {
@@ -85,14 +88,16 @@ impl PolicyMatch {
             fail_job_message: None,
             counts_towards_backoff: true,
             action: None,
+            rule: None,
         }
     }
 
-    fn decided(action: Action, fail_job_message: Option<String>) -> PolicyMatch {
+    fn decided(rule: usize, action: Action, fail_job_message: Option<String>) -> PolicyMatch {
         PolicyMatch {
             fail_job_message,
             counts_towards_backoff: action != Action::Ignore,
             action: Some(action),
+            rule: Some(rule),
         }
     }
 }
@@ -128,27 +133,51 @@ pub fn match_pod_failure_policy(policy: Option<&PodFailurePolicy>, pod: &Pod) ->
         return PolicyMatch::unmatched();
     };
     for (index, rule) in policy.rules.iter().enumerate() {
-        let matched = if let Some(requirement) = &rule.on_exit_codes {
-            match_on_exit_codes(pod, requirement).map(|(container, exit_code)| Matched::ExitCode {
+        if let RuleOutcome::Decides(action, matched) = rule_outcome(rule, pod) {
+            let message =
+                (action == Action::FailJob).then(|| matched.fail_job_message(pod, index));
+            return PolicyMatch::decided(index, action, message);
+        }
+    }
+    PolicyMatch::unmatched()
+}
+
+/// How one rule relates to one failed pod, on its own (rules before it
+/// ignored). [`match_pod_failure_policy`] takes the first `Decides`;
+/// `kcm-rs explain` shows every rule's outcome.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RuleOutcome<'a> {
+    /// The rule matches and its action is known: it decides, unless an
+    /// earlier rule decided first.
+    Decides(Action, Matched<'a>),
+    /// The rule matches but its action is unknown to this version: skipped.
+    UnknownAction(Matched<'a>),
+    /// The rule does not match the pod.
+    NoMatch,
+}
+
+/// One rule against one pod: `onExitCodes` when present, otherwise
+/// `onPodConditions`; a rule with neither never matches.
+pub fn rule_outcome<'a>(rule: &PodFailurePolicyRule, pod: &'a Pod) -> RuleOutcome<'a> {
+    let matched = if let Some(requirement) = &rule.on_exit_codes {
+        match_on_exit_codes(pod, requirement)
+            .map(|(container, exit_code)| Matched::ExitCode {
                 container,
                 exit_code,
             })
-        } else if let Some(patterns) = &rule.on_pod_conditions {
-            match_on_pod_conditions(pod, patterns).map(|c| Matched::Condition(&c.type_))
-        } else {
-            None
-        };
-        let Some(matched) = matched else {
-            continue;
-        };
+    } else if let Some(patterns) = &rule.on_pod_conditions {
+        match_on_pod_conditions(pod, patterns).map(Matched::Condition)
+    } else {
+        None
+    };
+    match matched {
+        None => RuleOutcome::NoMatch,
         // Unknown actions: skip the rule, as the API documents for clients.
-        let Some(action) = Action::from_api(&rule.action) else {
-            continue;
-        };
-        let message = (action == Action::FailJob).then(|| matched.fail_job_message(pod, index));
-        return PolicyMatch::decided(action, message);
+        Some(m) => match Action::from_api(&rule.action) {
+            Some(action) => RuleOutcome::Decides(action, m),
+            None => RuleOutcome::UnknownAction(m),
+        },
     }
-    PolicyMatch::unmatched()
 }
 
 /// The `FailJob` message of the first pod in `pods` (in the given order) that
@@ -166,14 +195,18 @@ pub fn get_fail_job_message(job: &Job, pods: &[&Pod], gate_enabled: bool) -> Opt
         .find_map(|pod| match_pod_failure_policy(Some(policy), pod).fail_job_message)
 }
 
-/// What made a rule match, kept for the `FailJob` message.
-enum Matched<'a> {
+/// What made a rule match: the `FailJob` message and `kcm-rs explain` name it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Matched<'a> {
+    /// The first terminated container whose exit code satisfied the rule.
     ExitCode { container: &'a str, exit_code: i32 },
-    Condition(&'a str),
+    /// The first pod condition (in the pod's order) a pattern matched.
+    Condition(&'a PodCondition),
 }
 
 impl Matched<'_> {
-    fn fail_job_message(&self, pod: &Pod, rule_index: usize) -> String {
+    /// The `FailJob` condition message upstream writes for this match.
+    pub fn fail_job_message(&self, pod: &Pod, rule_index: usize) -> String {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
         let name = pod.metadata.name.as_deref().unwrap_or("");
         match self {
@@ -184,9 +217,10 @@ impl Matched<'_> {
                 "Container {container} for pod {namespace}/{name} failed with exit code \
                  {exit_code} matching FailJob rule at index {rule_index}"
             ),
-            Matched::Condition(condition_type) => format!(
-                "Pod {namespace}/{name} has condition {condition_type} matching FailJob rule \
-                 at index {rule_index}"
+            Matched::Condition(condition) => format!(
+                "Pod {namespace}/{name} has condition {} matching FailJob rule at index \
+                 {rule_index}",
+                condition.type_
             ),
         }
     }

@@ -1,0 +1,74 @@
+//! `kcm-rs lint`: files or the cluster's Jobs and CronJobs through
+//! `kcm_job::lint`; exit 1 when anything is found.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use kcm_job::lint::{Finding, lint_document};
+use kube::api::{Api, ListParams};
+use serde_json::Value;
+
+use super::{Output, ToolError, input};
+
+pub async fn run(
+    files: &[PathBuf],
+    namespace: Option<&str>,
+    output: Output,
+    kubeconfig: Option<&Path>,
+) -> Result<ExitCode, ToolError> {
+    let mut docs: Vec<Value> = Vec::new();
+    if files.is_empty() {
+        let client = input::client(kubeconfig).await?;
+        let (jobs, crons): (Api<Job>, Api<CronJob>) = match namespace {
+            Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client, ns)),
+            None => (Api::all(client.clone()), Api::all(client)),
+        };
+        let lp = ListParams::default();
+        for j in jobs.list(&lp).await.map_err(|e| ToolError(format!("listing Jobs: {e}")))? {
+            docs.push(with_kind(serde_json::to_value(j)?, "Job"));
+        }
+        for c in crons.list(&lp).await.map_err(|e| ToolError(format!("listing CronJobs: {e}")))? {
+            docs.push(with_kind(serde_json::to_value(c)?, "CronJob"));
+        }
+    } else {
+        for f in files {
+            docs.extend(input::documents(f)?);
+        }
+    }
+    let mut findings: Vec<Finding> = Vec::new();
+    for d in &docs {
+        findings.extend(lint_document(d)?);
+    }
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&findings)?),
+        Output::Yaml => print!("{}", serde_yaml_ng::to_string(&findings)?),
+        Output::Text => print!("{}", text(&findings, docs.len())),
+    }
+    Ok(if findings.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Objects from a typed list have no `kind`; the checks key on it.
+fn with_kind(mut v: Value, kind: &str) -> Value {
+    v["kind"] = Value::String(kind.into());
+    v
+}
+
+pub fn text(findings: &[Finding], objects: usize) -> String {
+    let mut out = String::new();
+    for f in findings {
+        out.push_str(&format!(
+            "{}: {}: {} [{}]\n    fix: {}\n",
+            f.object, f.path, f.problem, f.check, f.fix
+        ));
+    }
+    out.push_str(&format!(
+        "{} finding(s) in {objects} object(s)\n",
+        findings.len()
+    ));
+    out
+}
