@@ -2,7 +2,7 @@
 //! expected kinds, kustomize builds them, the Deployment, Service and
 //! dashboard pass server-side dry-run, kind's KCM patch is accepted by KCM;
 //! and kcm-rs, run with the Deployment's flags as the `kube-system/kcm-rs`
-//! ServiceAccount bound by `rbac.yaml`, works in all four controllers (and
+//! ServiceAccount bound by `base/rbac.yaml`, works in all four controllers (and
 //! leader election and events) without a single 403.
 
 #[path = "manifests/support.rs"]
@@ -17,7 +17,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kcm_e2e::binaries::{ensure_built, ensure_built_with_kubectl};
+use kcm_e2e::binaries::ensure_built;
 use kcm_e2e::kubelet;
 use kcm_e2e::wait::{wait_for_list, wait_gone};
 use kcm_e2e::{ControlPlane, TestNamespace};
@@ -28,15 +28,10 @@ use support::*;
 
 #[test]
 fn every_manifest_parses_with_the_expected_kinds() {
-    let mut on_disk: Vec<String> = std::fs::read_dir(manifests())
-        .expect("manifests/")
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.ends_with(".yaml"))
-        .collect();
-    on_disk.sort();
+    let on_disk = manifest_files();
     let mut listed: Vec<&str> = KINDS.iter().map(|(f, _)| *f).collect();
     listed.sort();
-    assert_eq!(on_disk, listed, "every manifests/*.yaml is checked here");
+    assert_eq!(on_disk, listed, "every manifests/**/*.yaml is checked here");
     for (file, want) in KINDS {
         let want: Vec<&str> = want.split(' ').collect();
         assert_eq!(kinds(&docs(file)), want, "{file}");
@@ -45,9 +40,9 @@ fn every_manifest_parses_with_the_expected_kinds() {
         let (left, right) = line.split_once(" = ").expect("left = right");
         assert_eq!(resolve(left), resolve(right), "{line}");
     }
-    let labels = &docs("deployment.yaml")[0]["spec"]["template"]["metadata"]["labels"];
-    let svc = &docs("service.yaml")[0];
-    let sm = &docs("servicemonitor.yaml")[0];
+    let labels = &docs("base/deployment.yaml")[0]["spec"]["template"]["metadata"]["labels"];
+    let svc = &docs("base/service.yaml")[0];
+    let sm = &docs("monitoring/servicemonitor.yaml")[0];
     for (selector, target) in [
         (&svc["spec"]["selector"], labels),
         (
@@ -61,30 +56,36 @@ fn every_manifest_parses_with_the_expected_kinds() {
             "{selector:?}"
         );
     }
-    let cm = &docs("dashboard.yaml")[0];
+    let cm = &docs("monitoring/dashboard.yaml")[0];
     let dash: Value = serde_json::from_str(text(&cm["data"]["kcm-rs.json"])).expect("JSON");
     assert!(dash["panels"].as_array().is_some_and(|p| p.len() > 10));
 
-    // The kustomization lists the resource files; kustomize (kubectl's) builds
-    // exactly their objects.
-    let resources = docs("kustomization.yaml")[0]["resources"].clone();
-    let files: Vec<&str> = KINDS[..6].iter().map(|(f, _)| *f).collect();
-    assert_eq!(resources, json!(files));
-    let kubectl = ensure_built_with_kubectl().expect("kubectl");
-    let mut cmd = Command::new(kubectl.join("kcm-e2e-kubectl"));
-    let out = cmd
-        .arg("kustomize")
-        .arg(manifests())
-        .output()
-        .expect("kubectl");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let built = parse_docs(&String::from_utf8_lossy(&out.stdout), "kustomize");
-    let all: Vec<Value> = files.iter().flat_map(|f| docs(f)).collect();
-    let (mut got, mut want) = (kinds(&built), kinds(&all));
-    got.sort();
-    want.sort();
-    assert_eq!(got, want);
+    // base lists its three files, the monitoring component its three, and
+    // manifests/ is both; kustomize (kubectl's) builds exactly their objects,
+    // with the image tag set.
+    let layers = [
+        ("base", "resources", &KINDS[..3]),
+        ("monitoring", "resources", &KINDS[3..6]),
+    ];
+    for (dir, key, files) in layers {
+        let listed = docs(&format!("{dir}/kustomization.yaml"))[0][key].clone();
+        let names: Vec<&str> = files.iter().map(|(f, _)| &f[dir.len() + 1..]).collect();
+        assert_eq!(listed, json!(names), "{dir}/kustomization.yaml");
+    }
+    let top = &docs("kustomization.yaml")[0];
+    assert_eq!(top["resources"], json!(["base"]));
+    assert_eq!(top["components"], json!(["monitoring"]));
+    for (dir, files) in [("base", &KINDS[..3]), ("", &KINDS[..6])] {
+        let built = kustomize(dir);
+        let all: Vec<Value> = files.iter().flat_map(|(f, _)| docs(f)).collect();
+        let (mut got, mut want) = (kinds(&built), kinds(&all));
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "kustomize manifests/{dir}");
+        let deployment = built.iter().find(|d| d["kind"] == "Deployment");
+        let image = &container(deployment.expect("Deployment"))["image"];
+        assert_eq!(image, "kcm-rs:dev", "kustomize manifests/{dir}");
+    }
 }
 
 /// kind's controllers patch is accepted by upstream KCM (v1.34) and names
@@ -92,6 +93,16 @@ fn every_manifest_parses_with_the_expected_kinds() {
 #[test]
 fn kind_config_switches_off_the_four_controllers_in_kcm() {
     let cluster = &docs("kind-cluster.yaml")[0];
+    // Every node runs the same pinned image: Kubernetes 1.34 (the local
+    // control plane's minor version), by digest.
+    let nodes = cluster["nodes"].as_array().expect("nodes");
+    for node in nodes {
+        let image = text(&node["image"]);
+        let (tag, digest) = image.split_once("@sha256:").unwrap_or_default();
+        assert!(tag.starts_with("kindest/node:v1.34."), "{image}");
+        let hex = digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit());
+        assert!(hex, "kind node image not pinned by digest: {image:?}");
+    }
     let patch = text(&cluster["kubeadmConfigPatches"][0]);
     let cfg: Value = serde_yaml_ng::from_str(patch).expect("patch YAML");
     let controllers = text(&cfg["controllerManager"]["extraArgs"]["controllers"]);
@@ -123,7 +134,11 @@ async fn kcm_rs_runs_under_the_manifests_rbac() {
     let cp = ControlPlane::start().expect("control plane");
     let admin = cp.client().await.expect("admin client");
     let mut kcm = start_kcm_rs(&cp, &admin, &bin).await;
-    for file in ["deployment.yaml", "service.yaml", "dashboard.yaml"] {
+    for file in [
+        "base/deployment.yaml",
+        "base/service.yaml",
+        "monitoring/dashboard.yaml",
+    ] {
         dry_run(&admin, file).await;
     }
 
@@ -295,7 +310,7 @@ async fn kcm_rs_runs_under_the_manifests_rbac() {
     let released = leases.get("kcm-rs").await.expect("lease");
     kcm.check(holder(&released).is_empty(), "the Lease was not released");
     eprintln!(
-        "kcm-rs under rbac.yaml: no 403, {:?} in all",
+        "kcm-rs under base/rbac.yaml: no 403, {:?} in all",
         began.elapsed()
     );
 }

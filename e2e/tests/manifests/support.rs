@@ -66,29 +66,70 @@ pub fn container_args(deployment: &Value) -> Vec<String> {
 
 pub const RBAC_KINDS: &str = "ServiceAccount ClusterRole ClusterRoleBinding Role RoleBinding";
 
-/// Which kinds each manifest holds; the first six are kustomize resources.
+/// Which kinds each manifest holds (paths under `manifests/`, `examples/`
+/// aside); the first three are base's resources, the next three the
+/// monitoring component's.
 pub const KINDS: &[(&str, &str)] = &[
-    ("rbac.yaml", RBAC_KINDS),
-    ("deployment.yaml", "Deployment"),
-    ("service.yaml", "Service"),
-    ("servicemonitor.yaml", "ServiceMonitor"),
-    ("prometheusrule.yaml", "PrometheusRule"),
-    ("dashboard.yaml", "ConfigMap"),
+    ("base/rbac.yaml", RBAC_KINDS),
+    ("base/deployment.yaml", "Deployment"),
+    ("base/service.yaml", "Service"),
+    ("monitoring/servicemonitor.yaml", "ServiceMonitor"),
+    ("monitoring/prometheusrule.yaml", "PrometheusRule"),
+    ("monitoring/dashboard.yaml", "ConfigMap"),
     ("kustomization.yaml", "Kustomization"),
+    ("base/kustomization.yaml", "Kustomization"),
+    ("monitoring/kustomization.yaml", "Component"),
     ("kind-cluster.yaml", "Cluster"),
 ];
+
+/// `manifests/**/*.yaml` but `examples/`, relative to `manifests/`, sorted.
+pub fn manifest_files() -> Vec<String> {
+    fn walk(dir: &Path, rel: &str, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir)
+            .expect("read manifests dir")
+            .flatten()
+        {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let path = format!("{rel}{name}");
+            if e.path().is_dir() && name != "examples" {
+                walk(&e.path(), &format!("{path}/"), out);
+            } else if name.ends_with(".yaml") {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&manifests(), "", &mut out);
+    out.sort();
+    out
+}
+
+/// `kubectl kustomize manifests/<dir>` with the harness's kubectl: the
+/// built objects.
+pub fn kustomize(dir: &str) -> Vec<Value> {
+    let kubectl = kcm_e2e::binaries::ensure_built_with_kubectl().expect("kubectl");
+    let mut cmd = Command::new(kubectl.join("kcm-e2e-kubectl"));
+    let out = cmd
+        .arg("kustomize")
+        .arg(manifests().join(dir))
+        .output()
+        .expect("kubectl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kustomize {dir}: {stderr}");
+    parse_docs(&String::from_utf8_lossy(&out.stdout), "kustomize")
+}
 
 /// Values that must agree across files: `left = right`, each a literal, a
 /// Deployment flag (`--name`) or `file#doc/json-pointer` (`pod/...` is the
 /// Deployment's pod template, `ctr/...` its container).
 pub const AGREE: &[&str] = &[
-    "pod/spec/serviceAccountName = rbac.yaml#0/metadata/name",
+    "pod/spec/serviceAccountName = base/rbac.yaml#0/metadata/name",
     "pod/spec/priorityClassName = system-cluster-critical",
-    "deployment.yaml#0/spec/replicas = 2",
+    "base/deployment.yaml#0/spec/replicas = 2",
     "--leader-elect = true",
-    "--leader-elect-resource-namespace = rbac.yaml#3/metadata/namespace",
-    "--leader-elect-resource-name = rbac.yaml#3/rules/1/resourceNames/0",
-    "--leader-elect-resource-namespace = rbac.yaml#4/metadata/namespace",
+    "--leader-elect-resource-namespace = base/rbac.yaml#3/metadata/namespace",
+    "--leader-elect-resource-name = base/rbac.yaml#3/rules/1/resourceNames/0",
+    "--leader-elect-resource-namespace = base/rbac.yaml#4/metadata/namespace",
     "ctr/image = kcm-rs:dev",
     "ctr/ports/0/containerPort = --secure-port",
     "ctr/livenessProbe/httpGet/path = /livez",
@@ -96,24 +137,24 @@ pub const AGREE: &[&str] = &[
     "ctr/livenessProbe/httpGet/port = ctr/ports/0/name",
     "ctr/securityContext/readOnlyRootFilesystem = true",
     "pod/spec/securityContext/runAsNonRoot = true",
-    "service.yaml#0/spec/ports/0/targetPort = ctr/ports/0/name",
-    "servicemonitor.yaml#0/spec/endpoints/0/port = service.yaml#0/spec/ports/0/name",
-    "servicemonitor.yaml#0/spec/endpoints/0/scheme = http",
-    "servicemonitor.yaml#0/apiVersion = monitoring.coreos.com/v1",
-    "prometheusrule.yaml#0/apiVersion = monitoring.coreos.com/v1",
-    "dashboard.yaml#0/metadata/labels/grafana_dashboard = 1",
+    "base/service.yaml#0/spec/ports/0/targetPort = ctr/ports/0/name",
+    "monitoring/servicemonitor.yaml#0/spec/endpoints/0/port = base/service.yaml#0/spec/ports/0/name",
+    "monitoring/servicemonitor.yaml#0/spec/endpoints/0/scheme = http",
+    "monitoring/servicemonitor.yaml#0/apiVersion = monitoring.coreos.com/v1",
+    "monitoring/prometheusrule.yaml#0/apiVersion = monitoring.coreos.com/v1",
+    "monitoring/dashboard.yaml#0/metadata/labels/grafana_dashboard = 1",
 ];
 
 /// One side of an [`AGREE`] line, rendered as text.
 pub fn resolve(side: &str) -> String {
-    let dep = "deployment.yaml#0/spec/template";
+    let dep = "base/deployment.yaml#0/spec/template";
     let path = match side.split_once('/') {
         Some(("pod", rest)) => format!("{dep}/{rest}"),
         Some(("ctr", rest)) => format!("{dep}/spec/containers/0/{rest}"),
         _ => side.to_string(),
     };
     let value = if let Some(flag) = side.strip_prefix("--") {
-        let args = container_args(&docs("deployment.yaml")[0]);
+        let args = container_args(&docs("base/deployment.yaml")[0]);
         let prefix = format!("--{flag}=");
         let found = args.iter().find_map(|a| a.strip_prefix(&prefix));
         json!(found.unwrap_or_else(|| panic!("no {side} flag")))
@@ -338,8 +379,8 @@ pub fn replica_set(name: &str, replicas: i32, orphaned: bool) -> Value {
 pub fn referenced_metrics() -> BTreeSet<String> {
     const PREFIXES: &str = "leader_election_ workqueue_ rest_client_ job_controller_ \
                             pod_gc_collector_ taint_eviction_controller_ process_";
-    let rules = serde_json::to_string(&docs("prometheusrule.yaml")).expect("json");
-    let dash = text(&docs("dashboard.yaml")[0]["data"]["kcm-rs.json"]).to_string();
+    let rules = serde_json::to_string(&docs("monitoring/prometheusrule.yaml")).expect("json");
+    let dash = text(&docs("monitoring/dashboard.yaml")[0]["data"]["kcm-rs.json"]).to_string();
     let words = (rules + &dash).replace(|c: char| !(c.is_ascii_alphanumeric() || c == '_'), " ");
     let known = |w: &&str| PREFIXES.split_whitespace().any(|p| w.starts_with(p));
     words
@@ -349,7 +390,7 @@ pub fn referenced_metrics() -> BTreeSet<String> {
         .collect()
 }
 
-/// Applies rbac.yaml, mints a ServiceAccount token and starts kcm-rs with
+/// Applies base/rbac.yaml, mints a ServiceAccount token and starts kcm-rs with
 /// the Deployment's flags under that identity (local address, port and
 /// credentials; short pod GC and stale-condition timers).
 pub async fn start_kcm_rs(cp: &ControlPlane, admin: &kube::Client, bin: &Path) -> KcmRs {
@@ -357,9 +398,9 @@ pub async fn start_kcm_rs(cp: &ControlPlane, admin: &kube::Client, bin: &Path) -
     if ns_api.get_opt("kube-system").await.expect("get").is_none() {
         create(&ns_api, json!({ "metadata": { "name": "kube-system" } })).await;
     }
-    let rbac = manifests().join("rbac.yaml");
+    let rbac = manifests().join("base/rbac.yaml");
     let created = kcm_e2e::apply::create_from_file(admin, &rbac, "kube-system").await;
-    eprintln!("applied {:?}", created.expect("apply rbac.yaml"));
+    eprintln!("applied {:?}", created.expect("apply base/rbac.yaml"));
 
     // A token of the ServiceAccount, through the TokenRequest API.
     let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "kube-system");
@@ -383,7 +424,7 @@ pub async fn start_kcm_rs(cp: &ControlPlane, admin: &kube::Client, bin: &Path) -
     let port = listener.local_addr().expect("addr").port();
     drop(listener);
     let overridden = ["--kubeconfig=", "--bind-address=", "--secure-port="];
-    let mut args = container_args(&docs("deployment.yaml")[0]);
+    let mut args = container_args(&docs("base/deployment.yaml")[0]);
     args.retain(|a| !overridden.iter().any(|o| a.starts_with(o)));
     args.extend([
         format!("--kubeconfig={}", kubeconfig.display()),
