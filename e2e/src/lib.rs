@@ -14,6 +14,7 @@ pub mod in_process;
 pub mod kubelet;
 pub mod namespace;
 pub mod procstat;
+pub mod prometheus;
 pub mod sim;
 pub mod upstream;
 pub mod wait;
