@@ -102,7 +102,8 @@ pub struct StatusSeen {
 pub struct Effect {
     /// Counted towards `backoffLimit` (every action but `Ignore`).
     pub counted: bool,
-    /// `failed` after this pod, and the limit it is held against.
+    /// `failed` after this pod (failures of pods no longer in the API not
+    /// included: their time is unknown), and the limit it is held against.
     pub failed: i32,
     pub backoff_limit: i32,
     /// The index's counted failures before and after this pod
@@ -298,6 +299,10 @@ pub fn explain(req: &Request<'_>) -> Explanation {
     }
 }
 
+/// `decided_by` when only the failures of pods no longer in the API (or
+/// time, for `activeDeadlineSeconds`) bring the Job to its condition.
+pub const GONE: &str = "(failures of pods no longer in the API, or the deadline)";
+
 /// A replay's per-pod reports and the condition it reached.
 struct Replayed {
     failures: Vec<PodReport>,
@@ -327,12 +332,19 @@ fn run_replay(
         .map(|p| (replay::tracked(p), finished_time(p).max(start_of(stored))))
         .collect();
     terminal.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| name(&a.0).cmp(&name(&b.0))));
-    let steps = replay::run(&base, &background, &terminal, config);
+    // Failures of pods that are gone have no time: most were stopped when
+    // the Job ended. They join after the pods present, in the last step.
+    let gone_failed = base.status.as_ref().and_then(|s| s.failed).unwrap_or(0);
+    let mut stepping = base.clone();
+    if let Some(s) = stepping.status.as_mut() {
+        s.failed = Some(0);
+    }
+    let steps = replay::run(&stepping, &background, &terminal, config);
     let limit = budgets(spec_of).backoff_limit;
     let mut failures = Vec::new();
     let mut decision = None;
     let mut decided_by = None;
-    let mut failed = base.status.as_ref().and_then(|s| s.failed).unwrap_or(0);
+    let mut failed = 0;
     for (i, (p, _)) in terminal.iter().enumerate() {
         let step = steps.get(i);
         if let Some(s) = step {
@@ -381,6 +393,10 @@ fn run_replay(
             config,
         });
         decision = ctx.finished.as_ref().map(ConditionText::of);
+        if decision.is_some() && gone_failed > 0 {
+            decided_by = Some(GONE.into());
+        }
+        failed = ctx.failed;
     }
     Replayed {
         failures,
@@ -509,7 +525,12 @@ fn budgets(job: &Job) -> Budgets {
     Budgets {
         completions: spec.completions,
         parallelism: spec.parallelism,
-        backoff_limit: spec.backoff_limit.unwrap_or(6),
+        // API defaulting: 6, or unlimited beside backoffLimitPerIndex.
+        backoff_limit: spec.backoff_limit.unwrap_or(if spec.backoff_limit_per_index.is_some() {
+            i32::MAX
+        } else {
+            6
+        }),
         backoff_limit_per_index: spec.backoff_limit_per_index,
         max_failed_indexes: spec.max_failed_indexes,
     }

@@ -127,4 +127,4 @@ fn uid(p: &Pod) -> &str {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -4,7 +4,7 @@
 //! land at once". Property tests of the §3c invariants are in `model`.
 
 mod model;
-mod world;
+pub(crate) mod world;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;

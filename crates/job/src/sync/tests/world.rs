@@ -18,11 +18,11 @@ use crate::sync::manage::{Outcome, PodWork, apply_outcome, pod_work};
 use crate::sync::tracking::{finish, plan};
 use crate::sync::{Config, Input, JobEvent, prepare};
 
-pub(super) const T0: i64 = 1_700_000_000;
+pub(crate) const T0: i64 = 1_700_000_000;
 
 /// A Job named `j` in `ns` with the given spec fields over a one-container
 /// `restartPolicy: Never` template.
-pub(super) fn job(spec: serde_json::Value) -> Job {
+pub(crate) fn job(spec: serde_json::Value) -> Job {
     let mut j = json!({
         "metadata": {"name": "j", "namespace": "ns", "uid": "job-uid"},
         "spec": {"template": {"spec": {"restartPolicy": "Never",
@@ -37,7 +37,7 @@ pub(super) fn job(spec: serde_json::Value) -> Job {
 }
 
 /// A pod `name` (also its UID) of Job `j` with the tracking finalizer.
-pub(super) fn pod(name: &str, phase: &str) -> Pod {
+pub(crate) fn pod(name: &str, phase: &str) -> Pod {
     let mut p: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "ns", "uid": name,
             "finalizers": [JOB_TRACKING_FINALIZER],
@@ -58,7 +58,7 @@ pub(super) fn pod(name: &str, phase: &str) -> Pod {
     p
 }
 
-pub(super) fn set_exit(p: &mut Pod, code: i32, at: Timestamp) {
+pub(crate) fn set_exit(p: &mut Pod, code: i32, at: Timestamp) {
     let status = p.status.get_or_insert_with(PodStatus::default);
     status.container_statuses = Some(vec![ContainerStatus {
         name: "main".into(),
@@ -74,12 +74,12 @@ pub(super) fn set_exit(p: &mut Pod, code: i32, at: Timestamp) {
     }]);
 }
 
-pub(super) fn with_exit(mut p: Pod, code: i32) -> Pod {
+pub(crate) fn with_exit(mut p: Pod, code: i32) -> Pod {
     set_exit(&mut p, code, Timestamp::constant(T0, 0));
     p
 }
 
-pub(super) fn ready(mut p: Pod) -> Pod {
+pub(crate) fn ready(mut p: Pod) -> Pod {
     p.status.get_or_insert_with(Default::default).conditions = Some(vec![PodCondition {
         type_: "Ready".into(),
         status: "True".into(),
@@ -88,12 +88,12 @@ pub(super) fn ready(mut p: Pod) -> Pod {
     p
 }
 
-pub(super) fn deleting(mut p: Pod) -> Pod {
+pub(crate) fn deleting(mut p: Pod) -> Pod {
     p.metadata.deletion_timestamp = Some(Time(Timestamp::constant(T0, 0)));
     p
 }
 
-pub(super) fn indexed(mut p: Pod, i: i32) -> Pod {
+pub(crate) fn indexed(mut p: Pod, i: i32) -> Pod {
     p.metadata
         .annotations
         .get_or_insert_with(BTreeMap::new)
@@ -101,7 +101,7 @@ pub(super) fn indexed(mut p: Pod, i: i32) -> Pod {
     p
 }
 
-pub(super) fn uid(p: &Pod) -> String {
+pub(crate) fn uid(p: &Pod) -> String {
     p.metadata.uid.clone().unwrap_or_default()
 }
 
@@ -322,7 +322,7 @@ impl World {
     }
 }
 
-pub(super) fn conditions(s: &JobStatus) -> Vec<(String, String, String)> {
+pub(crate) fn conditions(s: &JobStatus) -> Vec<(String, String, String)> {
     s.conditions
         .clone()
         .unwrap_or_default()
@@ -331,11 +331,11 @@ pub(super) fn conditions(s: &JobStatus) -> Vec<(String, String, String)> {
         .collect()
 }
 
-pub(super) fn types(s: &JobStatus) -> Vec<String> {
+pub(crate) fn types(s: &JobStatus) -> Vec<String> {
     conditions(s).into_iter().map(|c| c.0).collect()
 }
 
-pub(super) fn uncounted(s: &JobStatus) -> (Vec<String>, Vec<String>) {
+pub(crate) fn uncounted(s: &JobStatus) -> (Vec<String>, Vec<String>) {
     let u = s.uncounted_terminated_pods.clone().unwrap_or_default();
     (
         u.succeeded.unwrap_or_default(),
