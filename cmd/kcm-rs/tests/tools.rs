@@ -153,7 +153,9 @@ async fn release(pods: &Api<Pod>, pod: &str) {
     let _ = pods
         .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
         .await;
-    let _ = pods.delete(pod, &DeleteParams::default().grace_period(0)).await;
+    let _ = pods
+        .delete(pod, &DeleteParams::default().grace_period(0))
+        .await;
 }
 
 fn data(file: &str) -> PathBuf {
@@ -193,7 +195,9 @@ async fn explain_names_every_rule_and_agrees_with_the_job() {
     let _kcm = start_kcm_rs(cp.kubeconfig(), &log);
     let node_names = ["explain-n1", "explain-n2", "explain-n3"];
     for n in node_names {
-        kubelet::create_node(&client, n, true, vec![]).await.expect("node");
+        kubelet::create_node(&client, n, true, vec![])
+            .await
+            .expect("node");
     }
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
@@ -205,7 +209,9 @@ async fn explain_names_every_rule_and_agrees_with_the_job() {
                 "containers": [{"name": "main", "image": "busybox"}]}}}
     }))
     .expect("job");
-    jobs.create(&PostParams::default(), &job).await.expect("create");
+    jobs.create(&PostParams::default(), &job)
+        .await
+        .expect("create");
 
     let first = active_pods(&pods, 4).await;
     let names: Vec<String> = first.iter().map(name).collect();
@@ -225,7 +231,8 @@ async fn explain_names_every_rule_and_agrees_with_the_job() {
 
     // Ignore: the taint manager evicts the pod on explain-n1.
     let nodes: Api<Node> = Api::all(client.clone());
-    let taint = json!({"spec": {"taints": [{"key": "explain", "value": "go", "effect": "NoExecute"}]}});
+    let taint =
+        json!({"spec": {"taints": [{"key": "explain", "value": "go", "effect": "NoExecute"}]}});
     nodes
         .patch("explain-n1", &PatchParams::default(), &Patch::Merge(&taint))
         .await
@@ -249,7 +256,9 @@ async fn explain_names_every_rule_and_agrees_with_the_job() {
     .await;
 
     // FailJob: exit 42. The Job fails; its other pods are stopped.
-    kubelet::finish_pod(&pods, fatal, 42).await.expect("fail 42");
+    kubelet::finish_pod(&pods, fatal, 42)
+        .await
+        .expect("fail 42");
     let failed = until("Job Failed", || async {
         let j = jobs.get("explained").await.ok()?;
         for p in job_pods(&pods).await {
@@ -267,17 +276,26 @@ async fn explain_names_every_rule_and_agrees_with_the_job() {
     let target = format!("{}/explained", ns.name);
     let kcarg = format!("--kubeconfig={kc}");
     let out = tool(&["explain", "job", &target, &kcarg, "-o", "json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: Value = serde_json::from_slice(&out.stdout).expect("json report");
     let rule_of = |pod: &str| {
         let f = failure(&report, pod);
-        (f["rule"].as_u64(), f["action"].as_str().unwrap_or("").to_string())
+        (
+            f["rule"].as_u64(),
+            f["action"].as_str().unwrap_or("").to_string(),
+        )
     };
     assert_eq!(rule_of(counted), (Some(2), "Count".to_string()));
     assert_eq!(rule_of(evicted), (Some(1), "Ignore".to_string()));
     assert_eq!(rule_of(collected), (Some(1), "Ignore".to_string()));
     assert_eq!(rule_of(fatal), (Some(0), "FailJob".to_string()));
-    let reason_of = |pod: &str| failure(&report, pod)["evidence"]["conditions"][0]["reason"].clone();
+    let reason_of =
+        |pod: &str| failure(&report, pod)["evidence"]["conditions"][0]["reason"].clone();
     assert_eq!(reason_of(evicted), "DeletionByTaintManager");
     assert_eq!(reason_of(collected), "DeletionByPodGC");
     // The verdict is the Job's own condition, reached by the replay too.
@@ -302,23 +320,49 @@ async fn explain_names_every_rule_and_agrees_with_the_job() {
     let total = counted_here(&report["failures"])
         + counted_here(&report["stopped"])
         + report["gone"]["counted_failures"].as_u64().unwrap_or(0);
-    assert_eq!(total, u64::try_from(status_failed).unwrap_or(0), "{report:#}");
+    assert_eq!(
+        total,
+        u64::try_from(status_failed).unwrap_or(0),
+        "{report:#}"
+    );
     assert_eq!(report["status"]["failed"], status_failed);
 
     let human = stdout(&tool(&["explain", "job", &target, &kcarg]));
     eprintln!("--- kcm-rs explain job {target}\n{human}");
-    for needle in ["POD", "RULE", "ACTION", "Verdict: Failed", "DeletionByTaintManager", "FailJob"] {
+    for needle in [
+        "POD",
+        "RULE",
+        "ACTION",
+        "Verdict: Failed",
+        "DeletionByTaintManager",
+        "FailJob",
+    ] {
         assert!(human.contains(needle), "{needle:?} missing:\n{human}");
     }
     assert!(!human.contains('\x1b'), "no colour off a terminal");
 
     // What if the Ignore rule were removed: both disruptions count.
     let proposal = std::env::temp_dir().join(format!("kcm-rs-policy-{}.yaml", std::process::id()));
-    std::fs::write(&proposal, serde_yaml_ng::to_string(&json!({"podFailurePolicy": policy(false)})).expect("yaml"))
-        .expect("write policy");
-    let out = tool(&["explain", "job", &target, &kcarg, "-o", "json",
-        &format!("--policy={}", proposal.display())]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(
+        &proposal,
+        serde_yaml_ng::to_string(&json!({"podFailurePolicy": policy(false)})).expect("yaml"),
+    )
+    .expect("write policy");
+    let out = tool(&[
+        "explain",
+        "job",
+        &target,
+        &kcarg,
+        "-o",
+        "json",
+        &format!("--policy={}", proposal.display()),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let what_if: Value = serde_json::from_slice(&out.stdout).expect("json");
     let changed: Vec<&str> = what_if["what_if"]["changed"]
         .as_array()
@@ -329,14 +373,22 @@ async fn explain_names_every_rule_and_agrees_with_the_job() {
         .collect();
     assert_eq!(changed.len(), 2, "{what_if:#}");
     assert!(changed.contains(&evicted.as_str()) && changed.contains(&collected.as_str()));
-    let text = stdout(&tool(&["explain", "job", &target, &kcarg,
-        &format!("--policy={}", proposal.display())]));
+    let text = stdout(&tool(&[
+        "explain",
+        "job",
+        &target,
+        &kcarg,
+        &format!("--policy={}", proposal.display()),
+    ]));
     eprintln!("--- with --policy (Ignore removed)\n{text}");
     assert!(text.contains("decided differently"), "{text}");
 
     // Once the evicted pod is gone, its eviction event still names the rule.
     release(&pods, evicted).await;
-    until("evicted pod gone", || async { pods.get_opt(evicted).await.ok()?.is_none().then_some(()) }).await;
+    until("evicted pod gone", || async {
+        pods.get_opt(evicted).await.ok()?.is_none().then_some(())
+    })
+    .await;
     let out = tool(&["explain", "job", &target, &kcarg, "-o", "json"]);
     let report: Value = serde_json::from_slice(&out.stdout).expect("json");
     let gone = report["gone"]["pods"]
@@ -354,13 +406,32 @@ async fn explain_names_every_rule_and_agrees_with_the_job() {
     std::fs::create_dir_all(&dir).expect("dir");
     let job_now = jobs.get("explained").await.expect("job");
     let pod_list = json!({"kind": "List", "apiVersion": "v1", "items": job_pods(&pods).await});
-    std::fs::write(dir.join("job.yaml"), serde_yaml_ng::to_string(&job_now).expect("yaml")).expect("write");
+    std::fs::write(
+        dir.join("job.yaml"),
+        serde_yaml_ng::to_string(&job_now).expect("yaml"),
+    )
+    .expect("write");
     std::fs::write(dir.join("pods.json"), pod_list.to_string()).expect("write");
-    let out = tool(&["explain", "-f", &dir.join("job.yaml").display().to_string(),
-        "--pods", &dir.join("pods.json").display().to_string(), "-o", "yaml"]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = tool(&[
+        "explain",
+        "-f",
+        &dir.join("job.yaml").display().to_string(),
+        "--pods",
+        &dir.join("pods.json").display().to_string(),
+        "-o",
+        "yaml",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let offline: Value = serde_yaml_ng::from_slice(&out.stdout).expect("yaml report");
-    assert_eq!(offline["verdict"]["condition"], report["verdict"]["condition"]);
+    assert_eq!(
+        offline["verdict"]["condition"],
+        report["verdict"]["condition"]
+    );
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&proposal);
 
@@ -372,26 +443,57 @@ async fn explain_names_every_rule_and_agrees_with_the_job() {
 
 #[tokio::test]
 async fn lint_finds_each_planted_mistake_and_nothing_in_a_clean_file() {
-    let out = tool(&["lint", &data("lint-mistakes.yaml").display().to_string(), "-o", "json"]);
+    let out = tool(&[
+        "lint",
+        &data("lint-mistakes.yaml").display().to_string(),
+        "-o",
+        "json",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let findings: Value = serde_json::from_slice(&out.stdout).expect("json");
     let got: Vec<(String, String)> = findings
         .as_array()
         .into_iter()
         .flatten()
-        .map(|f| (f["path"].as_str().unwrap_or("").to_string(), f["check"].as_str().unwrap_or("").to_string()))
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap_or("").to_string(),
+                f["check"].as_str().unwrap_or("").to_string(),
+            )
+        })
         .collect();
     // Each `# check` comment in the sample is a finding at that place.
     let planted = [
         ("spec.template.spec.restartPolicy", "restart-policy"),
         ("spec.podFailurePolicy.rules[1]", "shadowed-rule"),
-        ("spec.podFailurePolicy.rules[2].onExitCodes.values", "exit-code-zero"),
-        ("spec.podFailurePolicy.rules[3].onExitCodes.containerName", "unknown-container"),
-        ("spec.podFailurePolicy.rules[4].onPodConditions[0].type", "unknown-condition"),
-        ("spec.podFailurePolicy.rules[5].action", "failindex-without-per-index"),
-        ("spec.podFailurePolicy.rules[6].onExitCodes.values", "empty-values"),
-        ("spec.jobTemplate.spec.podFailurePolicy.rules[1]", "shadowed-rule"),
-        ("spec.replicatedJobs[0].template.spec.podFailurePolicy.rules[0].onExitCodes.containerName", "unknown-container"),
+        (
+            "spec.podFailurePolicy.rules[2].onExitCodes.values",
+            "exit-code-zero",
+        ),
+        (
+            "spec.podFailurePolicy.rules[3].onExitCodes.containerName",
+            "unknown-container",
+        ),
+        (
+            "spec.podFailurePolicy.rules[4].onPodConditions[0].type",
+            "unknown-condition",
+        ),
+        (
+            "spec.podFailurePolicy.rules[5].action",
+            "failindex-without-per-index",
+        ),
+        (
+            "spec.podFailurePolicy.rules[6].onExitCodes.values",
+            "empty-values",
+        ),
+        (
+            "spec.jobTemplate.spec.podFailurePolicy.rules[1]",
+            "shadowed-rule",
+        ),
+        (
+            "spec.replicatedJobs[0].template.spec.podFailurePolicy.rules[0].onExitCodes.containerName",
+            "unknown-container",
+        ),
     ];
     for (path, check) in planted {
         assert!(
@@ -399,7 +501,10 @@ async fn lint_finds_each_planted_mistake_and_nothing_in_a_clean_file() {
             "{check} at {path} not found in {got:#?}"
         );
     }
-    let human = stdout(&tool(&["lint", &data("lint-mistakes.yaml").display().to_string()]));
+    let human = stdout(&tool(&[
+        "lint",
+        &data("lint-mistakes.yaml").display().to_string(),
+    ]));
     eprintln!("--- kcm-rs lint lint-mistakes.yaml\n{human}");
     assert!(human.contains("fix: "), "{human}");
 
@@ -425,10 +530,18 @@ async fn lint_finds_each_planted_mistake_and_nothing_in_a_clean_file() {
                 "containers": [{"name": "main", "image": "busybox"}]}}}
     }))
     .expect("job");
-    jobs.create(&PostParams::default(), &job).await.expect("create");
+    jobs.create(&PostParams::default(), &job)
+        .await
+        .expect("create");
     let kc = format!("--kubeconfig={}", cp.kubeconfig().display());
     let out = tool(&["lint", "-n", &ns.name, &kc]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}");
-    assert!(text.contains(&format!("Job {}/shadowed: spec.podFailurePolicy.rules[1]", ns.name)), "{text}");
+    assert!(
+        text.contains(&format!(
+            "Job {}/shadowed: spec.podFailurePolicy.rules[1]",
+            ns.name
+        )),
+        "{text}"
+    );
 }

@@ -56,7 +56,8 @@ fn flatten(v: Value, out: &mut Vec<Value>) {
 }
 
 fn decode<T: DeserializeOwned>(v: Value, what: &str, path: &Path) -> Result<T, ToolError> {
-    serde_json::from_value(v).map_err(|e| ToolError(format!("{}: not a {what}: {e}", path.display())))
+    serde_json::from_value(v)
+        .map_err(|e| ToolError(format!("{}: not a {what}: {e}", path.display())))
 }
 
 fn of_kind<T: DeserializeOwned>(path: &Path, kind: &str) -> Result<Vec<T>, ToolError> {
@@ -67,7 +68,11 @@ fn of_kind<T: DeserializeOwned>(path: &Path, kind: &str) -> Result<Vec<T>, ToolE
         .collect()
 }
 
-pub fn from_files(job: &Path, pods: Option<&Path>, events: Option<&Path>) -> Result<Snapshot, ToolError> {
+pub fn from_files(
+    job: &Path,
+    pods: Option<&Path>,
+    events: Option<&Path>,
+) -> Result<Snapshot, ToolError> {
     let mut jobs: Vec<Job> = of_kind(job, "Job")?;
     if jobs.len() != 1 {
         return Err(ToolError(format!(
@@ -154,14 +159,20 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, ToolError
                 .map_err(|e| ToolError(format!("loading kubeconfig {}: {e}", path.display())))?
         }
         None => kube::Config::infer().await.map_err(|e| {
-            ToolError(format!("no --kubeconfig given and no in-cluster or $KUBECONFIG configuration: {e}"))
+            ToolError(format!(
+                "no --kubeconfig given and no in-cluster or $KUBECONFIG configuration: {e}"
+            ))
         })?,
     };
     kube::Client::try_from(config).map_err(|e| ToolError(format!("building a client: {e}")))
 }
 
 /// The Job, the pods it controls and its namespace's events.
-pub async fn from_cluster(client: kube::Client, ns: &str, name: &str) -> Result<Snapshot, ToolError> {
+pub async fn from_cluster(
+    client: kube::Client,
+    ns: &str,
+    name: &str,
+) -> Result<Snapshot, ToolError> {
     let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
     let job = jobs
         .get_opt(name)

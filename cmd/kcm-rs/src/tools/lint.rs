@@ -21,14 +21,25 @@ pub async fn run(
     if files.is_empty() {
         let client = input::client(kubeconfig).await?;
         let (jobs, crons): (Api<Job>, Api<CronJob>) = match namespace {
-            Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client, ns)),
+            Some(ns) => (
+                Api::namespaced(client.clone(), ns),
+                Api::namespaced(client, ns),
+            ),
             None => (Api::all(client.clone()), Api::all(client)),
         };
         let lp = ListParams::default();
-        for j in jobs.list(&lp).await.map_err(|e| ToolError(format!("listing Jobs: {e}")))? {
+        for j in jobs
+            .list(&lp)
+            .await
+            .map_err(|e| ToolError(format!("listing Jobs: {e}")))?
+        {
             docs.push(with_kind(serde_json::to_value(j)?, "Job"));
         }
-        for c in crons.list(&lp).await.map_err(|e| ToolError(format!("listing CronJobs: {e}")))? {
+        for c in crons
+            .list(&lp)
+            .await
+            .map_err(|e| ToolError(format!("listing CronJobs: {e}")))?
+        {
             docs.push(with_kind(serde_json::to_value(c)?, "CronJob"));
         }
     } else {

@@ -180,7 +180,9 @@ async fn run(command: Command) -> Result<ExitCode, ToolError> {
                         )));
                     }
                     let target = target.ok_or_else(|| {
-                        ToolError("name the Job: kcm-rs explain job NAMESPACE/NAME, or -f FILE".into())
+                        ToolError(
+                            "name the Job: kcm-rs explain job NAMESPACE/NAME, or -f FILE".into(),
+                        )
                     })?;
                     let (ns, name) = split_target(&target, namespace.as_deref())?;
                     let client = input::client(cluster.kubeconfig.as_deref()).await?;
@@ -222,7 +224,15 @@ async fn run(command: Command) -> Result<ExitCode, ToolError> {
             namespace,
             output,
             cluster,
-        } => lint::run(&files, namespace.as_deref(), output, cluster.kubeconfig.as_deref()).await,
+        } => {
+            lint::run(
+                &files,
+                namespace.as_deref(),
+                output,
+                cluster.kubeconfig.as_deref(),
+            )
+            .await
+        }
     }
 }
 

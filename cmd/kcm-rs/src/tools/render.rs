@@ -150,11 +150,22 @@ fn pod_rows(reports: &[PodReport]) -> Vec<Vec<String>> {
         .collect()
 }
 
-const HEADER: &[&str] = &["POD", "INDEX", "FAILURE", "RULE", "ACTION", "FAILED/LIMIT", "EFFECT"];
+const HEADER: &[&str] = &[
+    "POD",
+    "INDEX",
+    "FAILURE",
+    "RULE",
+    "ACTION",
+    "FAILED/LIMIT",
+    "EFFECT",
+];
 
 /// Why no rule decided the pods that got the default handling.
 fn why_none(out: &mut String, reports: &[PodReport], paint: Paint) {
-    for r in reports.iter().filter(|r| r.rule.is_none() && !r.rules.is_empty()) {
+    for r in reports
+        .iter()
+        .filter(|r| r.rule.is_none() && !r.rules.is_empty())
+    {
         let _ = writeln!(out, "  {} no rule decided {}:", paint.dim("·"), r.pod);
         for t in &r.rules {
             let _ = writeln!(out, "      rule {}: {}", t.rule, t.why);
@@ -166,11 +177,20 @@ fn condition(c: &ConditionText) -> String {
     format!("{} {}: {}", c.type_, c.reason, c.message)
 }
 
+/// The condition after a state that already names its type.
+fn after_state(state: &str, c: &ConditionText) -> String {
+    if state == c.type_ {
+        format!("{}: {}", c.reason, c.message)
+    } else {
+        condition(c)
+    }
+}
+
 fn verdict(out: &mut String, v: &Verdict, paint: Paint) {
     let _ = write!(out, "{} {}", paint.bold("Verdict:"), paint.bold(&v.state));
     match &v.condition {
         Some(c) => {
-            let _ = writeln!(out, " — {}", condition(c));
+            let _ = writeln!(out, " — {}", after_state(&v.state, c));
         }
         None => {
             let _ = writeln!(
@@ -183,8 +203,11 @@ fn verdict(out: &mut String, v: &Verdict, paint: Paint) {
     if let Some(p) = &v.decided_by {
         let _ = writeln!(out, "  decided by pod {p}");
     }
-    if v.state == "Failing" && v.condition.as_ref().is_some_and(|c| c.type_ == "FailureTarget") {
-        let _ = writeln!(out, "  the Job gets Failed with the same reason once its pods have terminated");
+    if v.state == "Failing" {
+        let _ = writeln!(
+            out,
+            "  the Job gets Failed with the same reason once its pods have terminated"
+        );
     }
     if !v.agrees {
         let _ = writeln!(
@@ -259,7 +282,10 @@ pub fn text(e: &Explanation, paint: Paint) -> String {
     if e.rules.is_empty() {
         let _ = writeln!(out, "  no podFailurePolicy: every failure counts");
     } else if !e.policy_applied {
-        let _ = writeln!(out, "  podFailurePolicy ignored: the gate JobPodFailurePolicy is off");
+        let _ = writeln!(
+            out,
+            "  podFailurePolicy ignored: the gate JobPodFailurePolicy is off"
+        );
     }
     for (i, r) in e.rules.iter().enumerate() {
         let _ = writeln!(out, "  rule {i}: {r}");
@@ -295,7 +321,10 @@ pub fn text(e: &Explanation, paint: Paint) -> String {
         why_none(&mut out, &e.failures, paint);
     }
     if !e.stopped.is_empty() {
-        let _ = writeln!(out, "\n  stopped when the Job ended (counted by its last sync):");
+        let _ = writeln!(
+            out,
+            "\n  stopped when the Job ended (counted by its last sync):"
+        );
         out.push_str(&table(HEADER, &pod_rows(&e.stopped), paint));
     }
     if e.gone.counted_failures > 0 || !e.gone.pods.is_empty() {

@@ -203,7 +203,11 @@ fn why_not(rule: &PodFailurePolicyRule, pod: &Pod) -> String {
         let parts: Vec<String> = patterns
             .iter()
             .map(|p| {
-                let want = if p.status.is_empty() { "True" } else { &p.status };
+                let want = if p.status.is_empty() {
+                    "True"
+                } else {
+                    &p.status
+                };
                 match conditions.iter().find(|c| c.type_ == p.type_) {
                     Some(c) => format!("{}={}, the rule wants {want}", c.type_, c.status),
                     None => format!("no {} condition", p.type_),

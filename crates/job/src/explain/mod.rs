@@ -142,7 +142,8 @@ pub struct PodReport {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Verdict {
     /// `Failed`, `Failing` (FailureTarget, pods still terminating),
-    /// `Complete`, `Completing`, `Suspended` or `Running`.
+    /// `Complete`, `Completing`, `Suspended` or `Running`; under a what-if
+    /// `would fail`, `would complete` or `would not fail`.
     pub state: String,
     /// The terminal or interim condition the Job has or will get.
     pub condition: Option<ConditionText>,
@@ -244,7 +245,12 @@ pub fn explain(req: &Request<'_>) -> Explanation {
             })
             .collect();
         let mut v = verdict_of_replay(&proposed, &replayed);
-        v.agrees = true;
+        v.state = match v.condition.as_ref().map(|c| c.type_.as_str()) {
+            Some("SuccessCriteriaMet") => "would complete",
+            Some(_) => "would fail",
+            None => "would not fail",
+        }
+        .into();
         let ends_differently = v.condition.as_ref().map(|c| (&c.type_, &c.reason))
             != actual.decision.as_ref().map(|c| (&c.type_, &c.reason));
         // Stopped pods would have run on if the proposal ends later or never.
@@ -385,7 +391,11 @@ fn run_replay(
     if decision.is_none() {
         let ctx = crate::sync::prepare(crate::sync::Input {
             job: base.clone(),
-            pods: background.iter().cloned().chain(terminal.into_iter().map(|t| t.0)).collect(),
+            pods: background
+                .iter()
+                .cloned()
+                .chain(terminal.into_iter().map(|t| t.0))
+                .collect(),
             satisfied: true,
             expected_rm_finalizers: Default::default(),
             stored_backoff: None,
@@ -526,11 +536,13 @@ fn budgets(job: &Job) -> Budgets {
         completions: spec.completions,
         parallelism: spec.parallelism,
         // API defaulting: 6, or unlimited beside backoffLimitPerIndex.
-        backoff_limit: spec.backoff_limit.unwrap_or(if spec.backoff_limit_per_index.is_some() {
-            i32::MAX
-        } else {
-            6
-        }),
+        backoff_limit: spec
+            .backoff_limit
+            .unwrap_or(if spec.backoff_limit_per_index.is_some() {
+                i32::MAX
+            } else {
+                6
+            }),
         backoff_limit_per_index: spec.backoff_limit_per_index,
         max_failed_indexes: spec.max_failed_indexes,
     }

@@ -16,8 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::indexes::{self, OrderedIntervals};
 use crate::pod_failure_policy::{Action, effective_policy, match_pod_failure_policy};
 use crate::pods::{
-    JOB_TRACKING_FINALIZER, completions, has_tracking_finalizer, is_pod_failed, phase,
-    valid_index,
+    JOB_TRACKING_FINALIZER, completions, has_tracking_finalizer, is_pod_failed, phase, valid_index,
 };
 use crate::sync::prepare::counts_as_failure;
 use crate::sync::{Config, Input, prepare};

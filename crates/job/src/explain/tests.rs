@@ -18,7 +18,14 @@ fn fail(w: &mut World, i: usize, outcome: Outcome) {
     let p = &mut w.pods[i];
     set_exit(p, outcome.exit_code(), now);
     let status = p.status.get_or_insert_with(Default::default);
-    status.phase = Some(if outcome == Outcome::Succeed { "Succeeded" } else { "Failed" }.into());
+    status.phase = Some(
+        if outcome == Outcome::Succeed {
+            "Succeeded"
+        } else {
+            "Failed"
+        }
+        .into(),
+    );
     if outcome == Outcome::Disrupted {
         status.conditions = Some(vec![PodCondition {
             type_: "DisruptionTarget".into(),
@@ -63,8 +70,10 @@ fn finished(w: &World) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c.status == "True" && ["Failed", "Complete", "FailureTarget"].contains(&c.type_.as_str()))
+            cs.iter().any(|c| {
+                c.status == "True"
+                    && ["Failed", "Complete", "FailureTarget"].contains(&c.type_.as_str())
+            })
         })
 }
 
@@ -77,12 +86,12 @@ fn drive(w: &mut World, outcomes: &[Outcome]) {
             break;
         }
         let mut waited = 0;
-        while !w.pods.iter().any(|p| is_active(p)) && waited < 20 {
+        while !w.pods.iter().any(is_active) && waited < 20 {
             w.advance(400);
             settle(w);
             waited += 1;
         }
-        let Some(i) = w.pods.iter().position(|p| is_active(p)) else {
+        let Some(i) = w.pods.iter().position(is_active) else {
             break;
         };
         w.advance(1);
@@ -117,8 +126,10 @@ fn policy() -> serde_json::Value {
 
 #[test]
 fn names_the_rule_of_each_pod_and_the_deciding_failure() {
-    let mut w = World::new(job(json!({"completions": 4, "parallelism": 4, "backoffLimit": 3,
-        "podFailurePolicy": policy()})));
+    let mut w = World::new(job(
+        json!({"completions": 4, "parallelism": 4, "backoffLimit": 3,
+        "podFailurePolicy": policy()}),
+    ));
     drive(
         &mut w,
         &[Outcome::Exit(1), Outcome::Disrupted, Outcome::Exit(42)],
@@ -131,15 +142,29 @@ fn names_the_rule_of_each_pod_and_the_deciding_failure() {
         .collect();
     assert_eq!(
         actions,
-        [("Count", Some(2)), ("Ignore", Some(1)), ("FailJob", Some(0))]
+        [
+            ("Count", Some(2)),
+            ("Ignore", Some(1)),
+            ("FailJob", Some(0))
+        ]
     );
-    let ends = e.failures[2].effect.as_ref().and_then(|x| x.ends_job.clone());
+    let ends = e.failures[2]
+        .effect
+        .as_ref()
+        .and_then(|x| x.ends_job.clone());
     let ft = ends.expect("the exit-42 pod ends the Job");
     assert_eq!(ft.reason, "PodFailurePolicy");
-    assert!(ft.message.contains("exit code 42 matching FailJob rule at index 0"), "{ft:?}");
+    assert!(
+        ft.message
+            .contains("exit code 42 matching FailJob rule at index 0"),
+        "{ft:?}"
+    );
     assert_eq!(e.verdict.state, "Failed");
     assert!(e.verdict.agrees, "{:?}", e.verdict);
-    assert_eq!(e.verdict.decided_by.as_deref(), e.failures[2].pod.as_str().into());
+    assert_eq!(
+        e.verdict.decided_by.as_deref(),
+        e.failures[2].pod.as_str().into()
+    );
     // The Ignore pod: no rule before it matched, and it did not count.
     let ignore = &e.failures[1];
     assert_eq!(ignore.rules[0].outcome, "no-match");
@@ -164,11 +189,18 @@ fn why_no_rule_decided() {
 
 #[test]
 fn what_if_without_the_ignore_rule_counts_the_disruptions() {
-    let mut w = World::new(job(json!({"completions": 5, "parallelism": 5, "backoffLimit": 1,
-        "podFailurePolicy": policy()})));
+    let mut w = World::new(job(
+        json!({"completions": 5, "parallelism": 5, "backoffLimit": 1,
+        "podFailurePolicy": policy()}),
+    ));
     drive(
         &mut w,
-        &[Outcome::Disrupted, Outcome::Disrupted, Outcome::Exit(1), Outcome::Succeed],
+        &[
+            Outcome::Disrupted,
+            Outcome::Disrupted,
+            Outcome::Exit(1),
+            Outcome::Succeed,
+        ],
     );
     let e = explain_world(&w, None);
     assert_eq!(e.verdict.state, "Running");
@@ -186,7 +218,10 @@ fn what_if_without_the_ignore_rule_counts_the_disruptions() {
     let c = wi.verdict.condition.expect("fails under the proposal");
     assert_eq!(c.reason, "BackoffLimitExceeded");
     // The second disruption is the one past backoffLimit 1.
-    assert_eq!(wi.verdict.decided_by.as_deref(), Some(wi.failures[1].pod.as_str()));
+    assert_eq!(
+        wi.verdict.decided_by.as_deref(),
+        Some(wi.failures[1].pod.as_str())
+    );
 }
 
 fn event(kind: &str, name: &str, uid: Option<&str>, reason: &str, message: &str) -> Event {
@@ -209,10 +244,34 @@ fn gone_pods_from_events_with_the_eviction_rule_inferred() {
     let mut w = World::new(job(json!({"completions": 1, "podFailurePolicy": policy()})));
     w.job.status = Some(Default::default());
     let events = [
-        event("Job", "j", Some("job-uid"), "SuccessfulCreate", "Created pod: j-gone1"),
-        event("Job", "j", Some("job-uid"), "SuccessfulCreate", "Created pod: j-gone2"),
-        event("Pod", "j-gone1", None, "TaintManagerEviction", "Marking for deletion Pod ns/j-gone1"),
-        event("Pod", "unrelated", None, "TaintManagerEviction", "Marking for deletion Pod ns/unrelated"),
+        event(
+            "Job",
+            "j",
+            Some("job-uid"),
+            "SuccessfulCreate",
+            "Created pod: j-gone1",
+        ),
+        event(
+            "Job",
+            "j",
+            Some("job-uid"),
+            "SuccessfulCreate",
+            "Created pod: j-gone2",
+        ),
+        event(
+            "Pod",
+            "j-gone1",
+            None,
+            "TaintManagerEviction",
+            "Marking for deletion Pod ns/j-gone1",
+        ),
+        event(
+            "Pod",
+            "unrelated",
+            None,
+            "TaintManagerEviction",
+            "Marking for deletion Pod ns/unrelated",
+        ),
     ];
     if let Some(s) = w.job.status.as_mut() {
         s.failed = Some(1);
@@ -229,14 +288,19 @@ fn gone_pods_from_events_with_the_eviction_rule_inferred() {
     let names: Vec<&str> = e.gone.pods.iter().map(|g| g.pod.as_str()).collect();
     assert_eq!(names, ["j-gone1", "j-gone2"]);
     let inferred = e.gone.pods[0].inferred.as_ref().expect("eviction inferred");
-    assert_eq!((inferred.rule, inferred.action.as_str()), (Some(1), "Ignore"));
+    assert_eq!(
+        (inferred.rule, inferred.action.as_str()),
+        (Some(1), "Ignore")
+    );
     assert!(e.gone.pods[1].inferred.is_none());
 }
 
 #[test]
 fn gate_off_ignores_the_policy_as_the_controller_does() {
-    let mut w = World::new(job(json!({"completions": 2, "parallelism": 2, "backoffLimit": 0,
-        "podFailurePolicy": policy()})));
+    let mut w = World::new(job(
+        json!({"completions": 2, "parallelism": 2, "backoffLimit": 0,
+        "podFailurePolicy": policy()}),
+    ));
     w.config.pod_failure_policy = false;
     drive(&mut w, &[Outcome::Disrupted]);
     let e = explain_world(&w, None);
@@ -283,13 +347,15 @@ fn arb_case() -> impl Strategy<Value = Case> {
         prop::collection::vec(0..RULES.len(), 0..4),
         prop::collection::vec(arb_outcome(), 1..14),
     )
-        .prop_map(|(indexed, per_index, backoff_limit, rules, outcomes)| Case {
-            indexed,
-            per_index: per_index.filter(|_| indexed),
-            backoff_limit,
-            rules,
-            outcomes,
-        })
+        .prop_map(
+            |(indexed, per_index, backoff_limit, rules, outcomes)| Case {
+                indexed,
+                per_index: per_index.filter(|_| indexed),
+                backoff_limit,
+                rules,
+                outcomes,
+            },
+        )
 }
 
 fn case_job(c: &Case) -> k8s_openapi::api::batch::v1::Job {

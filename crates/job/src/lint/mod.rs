@@ -70,7 +70,10 @@ pub fn lint_document(doc: &Value) -> Result<Vec<Finding>, LintError> {
             return Ok(out);
         }
         "Job" => specs.push(("spec".into(), &doc["spec"])),
-        "CronJob" => specs.push(("spec.jobTemplate.spec".into(), &doc["spec"]["jobTemplate"]["spec"])),
+        "CronJob" => specs.push((
+            "spec.jobTemplate.spec".into(),
+            &doc["spec"]["jobTemplate"]["spec"],
+        )),
         _ => {
             // JobSet and lookalikes: a list of Job templates.
             for (i, rj) in doc["spec"]["replicatedJobs"]
@@ -140,7 +143,11 @@ pub fn lint_job_spec(spec: &JobSpec, object: &str, path: &str) -> Vec<Finding> {
     }
     let containers: HashSet<&str> = tpl
         .into_iter()
-        .flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()))
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
         .map(|c| c.name.as_str())
         .collect();
     let gates: HashSet<&str> = tpl
@@ -156,7 +163,10 @@ pub fn lint_job_spec(spec: &JobSpec, object: &str, path: &str) -> Vec<Finding> {
             push(
                 format!("{at}.action"),
                 "unknown-action",
-                format!("action {:?} is not FailJob, FailIndex, Ignore or Count", rule.action),
+                format!(
+                    "action {:?} is not FailJob, FailIndex, Ignore or Count",
+                    rule.action
+                ),
                 "use one of FailJob, FailIndex, Ignore, Count".into(),
             );
         }
@@ -261,5 +271,7 @@ pub fn lint_job_spec(spec: &JobSpec, object: &str, path: &str) -> Vec<Finding> {
 /// The first earlier rule (with a known action) that decides every pod
 /// `rules[i]` would match.
 fn shadowing_rule(rules: &[PodFailurePolicyRule], i: usize) -> Option<usize> {
-    (0..i).find(|&j| Action::from_api(&rules[j].action).is_some() && shadow::covers(&rules[j], &rules[i]))
+    (0..i).find(|&j| {
+        Action::from_api(&rules[j].action).is_some() && shadow::covers(&rules[j], &rules[i])
+    })
 }

@@ -20,7 +20,13 @@ pub fn covers(earlier: &PodFailurePolicyRule, later: &PodFailurePolicyRule) -> b
     ) {
         (Some(e), Some(l), None, None) => exit_codes_cover(e, l),
         (None, None, Some(e), Some(l)) => {
-            let status = |s: &str| if s.is_empty() { "True".to_string() } else { s.to_string() };
+            let status = |s: &str| {
+                if s.is_empty() {
+                    "True".to_string()
+                } else {
+                    s.to_string()
+                }
+            };
             !l.is_empty()
                 && l.iter().all(|lp| {
                     e.iter()

@@ -30,12 +30,17 @@ fn job(rules: serde_json::Value, extra: serde_json::Value) -> serde_json::Value 
 
 #[test]
 fn shadowing_by_exit_codes() {
-    let not_in_1 = rule(json!({"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [1]}}));
+    let not_in_1 =
+        rule(json!({"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [1]}}));
     let in_42 = rule(json!({"action": "Count", "onExitCodes": {"operator": "In", "values": [42]}}));
     let in_1 = rule(json!({"action": "Count", "onExitCodes": {"operator": "In", "values": [1]}}));
-    let in_1_42 = rule(json!({"action": "Count", "onExitCodes": {"operator": "In", "values": [1, 42]}}));
-    let not_in_1_2 = rule(json!({"action": "Count", "onExitCodes": {"operator": "NotIn", "values": [1, 2]}}));
-    let main_in_42 = rule(json!({"action": "Count", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}}));
+    let in_1_42 =
+        rule(json!({"action": "Count", "onExitCodes": {"operator": "In", "values": [1, 42]}}));
+    let not_in_1_2 =
+        rule(json!({"action": "Count", "onExitCodes": {"operator": "NotIn", "values": [1, 2]}}));
+    let main_in_42 = rule(
+        json!({"action": "Count", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}}),
+    );
     let empty = rule(json!({"action": "Count", "onExitCodes": {"operator": "In", "values": []}}));
     assert!(shadow::covers(&not_in_1, &in_42));
     assert!(!shadow::covers(&not_in_1, &in_1));
@@ -54,8 +59,12 @@ fn shadowing_by_exit_codes() {
 #[test]
 fn shadowing_by_conditions_and_unknown_actions() {
     let dt = rule(json!({"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}));
-    let dt_true = rule(json!({"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}));
-    let dt_false = rule(json!({"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "False"}]}));
+    let dt_true = rule(
+        json!({"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}),
+    );
+    let dt_false = rule(
+        json!({"action": "Count", "onPodConditions": [{"type": "DisruptionTarget", "status": "False"}]}),
+    );
     assert!(shadow::covers(&dt, &dt_true));
     assert!(!shadow::covers(&dt, &dt_false));
     // An earlier rule whose action is unknown is skipped, so shadows nothing.
@@ -66,7 +75,10 @@ fn shadowing_by_conditions_and_unknown_actions() {
     );
     assert_eq!(
         checks(doc),
-        [("spec.podFailurePolicy.rules[0].action".to_string(), "unknown-action")]
+        [(
+            "spec.podFailurePolicy.rules[0].action".to_string(),
+            "unknown-action"
+        )]
     );
 }
 
@@ -86,12 +98,30 @@ fn every_check_has_a_path() {
     let got = checks(doc);
     let want = [
         ("spec.template.spec.restartPolicy", "restart-policy"),
-        ("spec.podFailurePolicy.rules[0].onExitCodes.values", "exit-code-zero"),
-        ("spec.podFailurePolicy.rules[0].onExitCodes.containerName", "unknown-container"),
-        ("spec.podFailurePolicy.rules[1].onExitCodes.containerName", "unknown-container"),
-        ("spec.podFailurePolicy.rules[2].action", "failindex-without-per-index"),
-        ("spec.podFailurePolicy.rules[2].onPodConditions[0].type", "unknown-condition"),
-        ("spec.podFailurePolicy.rules[3].onExitCodes.operator", "unknown-operator"),
+        (
+            "spec.podFailurePolicy.rules[0].onExitCodes.values",
+            "exit-code-zero",
+        ),
+        (
+            "spec.podFailurePolicy.rules[0].onExitCodes.containerName",
+            "unknown-container",
+        ),
+        (
+            "spec.podFailurePolicy.rules[1].onExitCodes.containerName",
+            "unknown-container",
+        ),
+        (
+            "spec.podFailurePolicy.rules[2].action",
+            "failindex-without-per-index",
+        ),
+        (
+            "spec.podFailurePolicy.rules[2].onPodConditions[0].type",
+            "unknown-condition",
+        ),
+        (
+            "spec.podFailurePolicy.rules[3].onExitCodes.operator",
+            "unknown-operator",
+        ),
         ("spec.podFailurePolicy.rules[4]", "one-requirement"),
     ];
     let want: Vec<(String, &str)> = want.iter().map(|(p, c)| (p.to_string(), *c)).collect();
@@ -114,5 +144,9 @@ fn bad_spec_is_an_error_not_a_panic() {
     let doc = json!({"kind": "Job", "metadata": {"name": "j"},
         "spec": {"podFailurePolicy": {"rules": "not a list"}, "template": {}}});
     let err = lint_document(&doc).expect_err("invalid");
-    assert!(err.to_string().contains("Job j: spec is not a valid Job spec"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("Job j: spec is not a valid Job spec"),
+        "{err}"
+    );
 }

@@ -134,8 +134,7 @@ pub fn match_pod_failure_policy(policy: Option<&PodFailurePolicy>, pod: &Pod) ->
     };
     for (index, rule) in policy.rules.iter().enumerate() {
         if let RuleOutcome::Decides(action, matched) = rule_outcome(rule, pod) {
-            let message =
-                (action == Action::FailJob).then(|| matched.fail_job_message(pod, index));
+            let message = (action == Action::FailJob).then(|| matched.fail_job_message(pod, index));
             return PolicyMatch::decided(index, action, message);
         }
     }
@@ -160,11 +159,10 @@ pub enum RuleOutcome<'a> {
 /// `onPodConditions`; a rule with neither never matches.
 pub fn rule_outcome<'a>(rule: &PodFailurePolicyRule, pod: &'a Pod) -> RuleOutcome<'a> {
     let matched = if let Some(requirement) = &rule.on_exit_codes {
-        match_on_exit_codes(pod, requirement)
-            .map(|(container, exit_code)| Matched::ExitCode {
-                container,
-                exit_code,
-            })
+        match_on_exit_codes(pod, requirement).map(|(container, exit_code)| Matched::ExitCode {
+            container,
+            exit_code,
+        })
     } else if let Some(patterns) = &rule.on_pod_conditions {
         match_on_pod_conditions(pod, patterns).map(Matched::Condition)
     } else {
