@@ -1,4 +1,14 @@
 //! The Job controller of kcm-rs (KCM's `job-controller`).
+//!
+//! Layout and data flow: `controller/` is the executor (informer handlers,
+//! work queues, `sync_job`, pod and finalizer writes); each sync runs the
+//! pure stages of `sync/` (prepare → manage → tracking) over a snapshot of
+//! the Job and its pods. The rules they apply live in `pod_failure_policy/`
+//! (KEP-3329 matching), `indexes` (Indexed Jobs, backoffLimitPerIndex),
+//! `success_policy`, `backoff` and `active_pods`; `pods` and `selector` are
+//! small predicates. `explain/` and `lint/` are `kcm-rs explain` and
+//! `kcm-rs lint`: they call the same matcher and `sync::prepare`, never a
+//! copy of them.
 
 pub mod active_pods;
 pub mod backoff;
