@@ -164,6 +164,20 @@ fn data(file: &str) -> PathBuf {
         .join(file)
 }
 
+/// Creates Job `name`: one `main` container, `restartPolicy: Never`, and
+/// `spec` on top.
+async fn create_job(jobs: &Api<Job>, name: &str, spec: Value) {
+    let mut body = json!({"metadata": {"name": name}, "spec": {"template": {"spec": {
+        "restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}}}});
+    if let (Some(dst), Some(src)) = (body["spec"].as_object_mut(), spec.as_object()) {
+        dst.extend(src.clone());
+    }
+    let job: Job = serde_json::from_value(body).expect("job");
+    jobs.create(&PostParams::default(), &job)
+        .await
+        .expect("create");
+}
+
 fn policy(with_ignore: bool) -> Value {
     let mut rules = vec![
         json!({"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}}),
@@ -201,17 +215,9 @@ async fn explain_names_every_rule_and_agrees_with_the_job() {
     }
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    let job: Job = serde_json::from_value(json!({
-        "metadata": {"name": "explained"},
-        "spec": {"completions": 8, "parallelism": 4, "backoffLimit": 6,
-            "podFailurePolicy": policy(true),
-            "template": {"spec": {"restartPolicy": "Never",
-                "containers": [{"name": "main", "image": "busybox"}]}}}
-    }))
-    .expect("job");
-    jobs.create(&PostParams::default(), &job)
-        .await
-        .expect("create");
+    let spec = json!({"completions": 8, "parallelism": 4, "backoffLimit": 6,
+        "podFailurePolicy": policy(true)});
+    create_job(&jobs, "explained", spec).await;
 
     let first = active_pods(&pods, 4).await;
     let names: Vec<String> = first.iter().map(name).collect();
@@ -520,19 +526,10 @@ async fn lint_finds_each_planted_mistake_and_nothing_in_a_clean_file() {
     let client = cp.client().await.expect("client");
     let ns = TestNamespace::create(&client, "lint").await.expect("ns");
     let jobs: Api<Job> = Api::namespaced(client, &ns.name);
-    let job: Job = serde_json::from_value(json!({
-        "metadata": {"name": "shadowed"},
-        "spec": {"suspend": true,
-            "podFailurePolicy": {"rules": [
-                {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [1]}},
-                {"action": "Count", "onExitCodes": {"operator": "In", "values": [42]}}]},
-            "template": {"spec": {"restartPolicy": "Never",
-                "containers": [{"name": "main", "image": "busybox"}]}}}
-    }))
-    .expect("job");
-    jobs.create(&PostParams::default(), &job)
-        .await
-        .expect("create");
+    let spec = json!({"suspend": true, "podFailurePolicy": {"rules": [
+        {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [1]}},
+        {"action": "Count", "onExitCodes": {"operator": "In", "values": [42]}}]}});
+    create_job(&jobs, "shadowed", spec).await;
     let kc = format!("--kubeconfig={}", cp.kubeconfig().display());
     let out = tool(&["lint", "-n", &ns.name, &kc]);
     let text = stdout(&out);

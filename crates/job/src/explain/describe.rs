@@ -6,7 +6,7 @@ use k8s_openapi::api::batch::v1::{PodFailurePolicy, PodFailurePolicyRule};
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
-use crate::pod_failure_policy::{Matched, RuleOutcome, rule_outcome};
+use crate::pod_failure_policy::{Matched, RuleOutcome, pattern_status, rule_outcome};
 
 /// One rule as a line: `FailJob if exit code In [42] (container main)`.
 pub fn rule_text(rule: &PodFailurePolicyRule) -> String {
@@ -23,14 +23,7 @@ pub fn rule_text(rule: &PodFailurePolicyRule) -> String {
     } else if let Some(patterns) = &rule.on_pod_conditions {
         let conds: Vec<String> = patterns
             .iter()
-            .map(|p| {
-                let status = if p.status.is_empty() {
-                    "True"
-                } else {
-                    &p.status
-                };
-                format!("{}={status}", p.type_)
-            })
+            .map(|p| format!("{}={}", p.type_, pattern_status(p)))
             .collect();
         format!("{} if condition {}", rule.action, conds.join(" or "))
     } else {
@@ -203,11 +196,7 @@ fn why_not(rule: &PodFailurePolicyRule, pod: &Pod) -> String {
         let parts: Vec<String> = patterns
             .iter()
             .map(|p| {
-                let want = if p.status.is_empty() {
-                    "True"
-                } else {
-                    &p.status
-                };
+                let want = pattern_status(p);
                 match conditions.iter().find(|c| c.type_ == p.type_) {
                     Some(c) => format!("{}={}, the rule wants {want}", c.type_, c.status),
                     None => format!("no {} condition", p.type_),

@@ -11,6 +11,8 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::batch::v1::{PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule};
 
+use crate::pod_failure_policy::pattern_status;
+
 pub fn covers(earlier: &PodFailurePolicyRule, later: &PodFailurePolicyRule) -> bool {
     match (
         &earlier.on_exit_codes,
@@ -20,17 +22,10 @@ pub fn covers(earlier: &PodFailurePolicyRule, later: &PodFailurePolicyRule) -> b
     ) {
         (Some(e), Some(l), None, None) => exit_codes_cover(e, l),
         (None, None, Some(e), Some(l)) => {
-            let status = |s: &str| {
-                if s.is_empty() {
-                    "True".to_string()
-                } else {
-                    s.to_string()
-                }
-            };
             !l.is_empty()
                 && l.iter().all(|lp| {
                     e.iter()
-                        .any(|ep| ep.type_ == lp.type_ && status(&ep.status) == status(&lp.status))
+                        .any(|ep| ep.type_ == lp.type_ && pattern_status(ep) == pattern_status(lp))
                 })
         }
         _ => false,

@@ -278,14 +278,17 @@ fn match_on_pod_conditions<'a>(
     let conditions = pod.status.as_ref()?.conditions.as_ref()?;
     conditions.iter().find(|condition| {
         patterns.iter().any(|pattern| {
-            // API defaulting sets a missing pattern status to "True"; apply
-            // the same default for objects that bypassed defaulting.
-            let want_status = if pattern.status.is_empty() {
-                "True"
-            } else {
-                pattern.status.as_str()
-            };
-            condition.type_ == pattern.type_ && condition.status == want_status
+            condition.type_ == pattern.type_ && condition.status == pattern_status(pattern)
         })
     })
+}
+
+/// The status a pattern asks for. API defaulting sets a missing one to
+/// `True`; the same default applies to objects that bypassed defaulting.
+pub fn pattern_status(pattern: &PodFailurePolicyOnPodConditionsPattern) -> &str {
+    if pattern.status.is_empty() {
+        "True"
+    } else {
+        &pattern.status
+    }
 }
