@@ -3,8 +3,12 @@ SHELL := /bin/bash
 CARGO ?= cargo
 E2E_BIN := target/e2e-bin
 ARGS ?=
+# Flags for kcm-dev (the local `make run`), e.g. --exit-when-done.
+DEV_ARGS ?=
+IMAGE ?= kcm-rs:dev
 
-.PHONY: run test lint unit e2e bench controlplane fmt clean-run
+.PHONY: run run-examples test lint unit e2e bench controlplane fmt clean-run \
+	check-tools monitoring image kind-up
 
 ## run: kcm-rs against $KUBECONFIG / --kubeconfig in ARGS, else against a local
 ## control plane with simulated nodes and the sample Job.
@@ -16,13 +20,52 @@ run:
 	else \
 	  e2e/harness/build.sh $(E2E_BIN) --with-kubectl && \
 	  $(CARGO) build -p kcm-rs -p kcm-e2e --bins && \
-	  exec target/debug/kcm-dev -- $(ARGS); \
+	  exec target/debug/kcm-dev $(DEV_ARGS) -- $(ARGS); \
 	fi
 
+## run-examples: `make run` until every example Job has finished; prints one
+## line per Job and exits (1 if they are not done within 5 minutes).
+run-examples:
+	$(MAKE) run DEV_ARGS="--exit-when-done $(DEV_ARGS)"
+
 ## test: formatting, lints, unit tests and end-to-end tests on a real API server.
-test: lint controlplane
+test: check-tools lint controlplane
 	$(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
+
+## check-tools: the monitoring tests need promtool and prometheus (Debian
+## package `prometheus`; .ci/run installs it).
+check-tools:
+	@for p in promtool:PROMTOOL prometheus:PROMETHEUS; do \
+	  t=$${p%%:*}; v=$${p##*:}; \
+	  if [[ -z "$${!v:-}" ]] && ! command -v $$t >/dev/null; then \
+	    echo "error: $$t not found: apt-get install --no-install-recommends prometheus" \
+	      "(or set $$v); .ci/run installs it" >&2; exit 1; \
+	  fi; \
+	done
+
+## monitoring: the alert rules under promtool, and a real Prometheus scraping
+## kcm-rs (every dashboard panel and alert expression evaluated).
+monitoring: check-tools controlplane
+	$(CARGO) test -p kcm-e2e --test prometheus_rules --test monitoring --test manifests
+
+## image: the container image, where a container engine exists.
+image:
+	@engine=""; \
+	for e in docker podman; do \
+	  if command -v $$e >/dev/null && $$e info >/dev/null 2>&1; then engine=$$e; break; fi; \
+	done; \
+	if [[ -z "$$engine" ]]; then \
+	  echo "error: no working container engine (docker or podman with a reachable daemon);" \
+	    "build the image elsewhere: docker build -f manifests/Dockerfile -t $(IMAGE) ." >&2; \
+	  exit 1; \
+	fi; \
+	DOCKER_BUILDKIT=1 $$engine build -f manifests/Dockerfile -t $(IMAGE) .
+
+## kind-up: a kind cluster with KCM's four controllers off, the image loaded,
+## the manifests applied, waiting for the Lease holder and the sample Job.
+kind-up: image
+	hack/kind-up.sh
 
 lint:
 	$(CARGO) fmt --all -- --check
