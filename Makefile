@@ -60,7 +60,8 @@ image:
 	    "build the image elsewhere: docker build -f manifests/Dockerfile -t $(IMAGE) ." >&2; \
 	  exit 1; \
 	fi; \
-	DOCKER_BUILDKIT=1 $$engine build -f manifests/Dockerfile -t $(IMAGE) .
+	DOCKER_BUILDKIT=1 $$engine build -f manifests/Dockerfile -t $(IMAGE) \
+	  --build-arg KCM_RS_GIT_COMMIT=$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown) .
 
 ## kind-up: a kind cluster with KCM's four controllers off, the image loaded,
 ## the manifests applied, waiting for the Lease holder and the sample Job.

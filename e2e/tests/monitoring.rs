@@ -15,12 +15,17 @@ mod support;
 #[path = "prometheus/promql.rs"]
 mod promql;
 
+#[path = "prometheus/table.rs"]
+mod table;
+
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use kcm_e2e::binaries::repo_root;
 use kcm_e2e::prometheus::{Prometheus, Target, run_promtool};
 use kcm_e2e::sim::{self, SimConfig, SimStats};
 use kcm_e2e::wait::wait_gone;
@@ -32,12 +37,19 @@ use support::*;
 /// Grafana's `$__rate_interval`, for a 1 s scrape interval and a workload
 /// of under two minutes.
 const RATE_INTERVAL: &str = "2m";
-/// Families with samples only after an API error or a retry: their
-/// selectors cannot match here (`metrics_table` checks they are registered).
-const AFTER_ERRORS: &[&str] = &[
-    "pod_gc_collector_force_delete_pod_errors_total",
-    "rest_client_request_retries_total",
-];
+/// Families with samples only after an API error or a retry (the README's
+/// metric table says which): their selectors cannot match here.
+fn after_errors() -> &'static BTreeSet<String> {
+    static SET: OnceLock<BTreeSet<String>> = OnceLock::new();
+    SET.get_or_init(|| {
+        let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README");
+        let rows = table::documented(&readme);
+        let after = rows
+            .into_iter()
+            .filter(|(_, (_, _, note))| note.contains(table::ONLY_AFTER));
+        after.map(|(name, _)| name).collect()
+    })
+}
 
 /// The dashboard's panels with their query expressions.
 fn panels() -> Vec<(String, Vec<String>)> {
@@ -142,7 +154,7 @@ async fn check(
     let refs = promql::refs(expr);
     let (mut problems, mut notes, mut selectors) = (Vec::new(), Vec::new(), Vec::new());
     let checked = refs.selectors.iter();
-    for sel in checked.filter(|s| !AFTER_ERRORS.contains(&promql::metric_name(s))) {
+    for sel in checked.filter(|s| !after_errors().contains(promql::metric_name(s))) {
         if has_series(prom, sel).await? {
             selectors.push(sel.clone());
         } else if has_series(prom, &relaxed(sel)).await? {
@@ -267,6 +279,40 @@ async fn prometheus_scrapes_kcm_rs_and_every_panel_and_alert_has_data() {
         "promtool check metrics: clean ({} lines)",
         metrics.lines().count()
     );
+
+    // The README's metric table is what /metrics exposes.
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README");
+    let problems = table::compare(&readme, &metrics, &repo_root().join("crates"));
+    assert!(
+        problems.is_empty(),
+        "README metric table:\n{}",
+        problems.join("\n")
+    );
+
+    // kcm_rs_build_info: this build's version and commit, the API version.
+    let info = prom
+        .query("kcm_rs_build_info{job=\"kcm-rs\"} == 1")
+        .await
+        .expect("query");
+    let mut git = Command::new("git");
+    git.args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(repo_root());
+    let commit = git.output().map(|o| o.stdout).unwrap_or_default();
+    let commit = String::from_utf8(commit).unwrap_or_default();
+    let want = json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "git_commit": if commit.trim().is_empty() { "unknown" } else { commit.trim() },
+        "kubernetes_version": "v1.34",
+    });
+    let got: Vec<Value> = info
+        .iter()
+        .map(|s| {
+            let m = &s["metric"];
+            json!({ "version": m["version"], "git_commit": m["git_commit"],
+                "kubernetes_version": m["kubernetes_version"] })
+        })
+        .collect();
+    assert_eq!(got, vec![want], "kcm_rs_build_info");
 
     // Every panel and alert expression.
     let mut failures = Vec::new();

@@ -116,6 +116,7 @@ pub async fn serve(
     status: Shared,
     stop: CancellationToken,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    kcm_runtime::metrics::register_build_info(env!("CARGO_PKG_VERSION"), env!("KCM_RS_GIT_COMMIT"));
     let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/healthz/{name}", get(healthz_one))

@@ -34,3 +34,53 @@ pub fn render() -> String {
     }
     String::from_utf8(buf).unwrap_or_default()
 }
+
+/// The Kubernetes API version kcm-rs is built against (k8s-openapi's
+/// `v1_*` feature the binary selects), e.g. `v1.34`.
+#[allow(unreachable_code)]
+pub fn kubernetes_api_version() -> &'static str {
+    k8s_openapi::k8s_if_1_33! { return "v1.33"; }
+    k8s_openapi::k8s_if_1_34! { return "v1.34"; }
+    k8s_openapi::k8s_if_1_35! { return "v1.35"; }
+    k8s_openapi::k8s_if_1_36! { return "v1.36"; }
+    k8s_openapi::k8s_if_1_37! { return "v1.37"; }
+    "unknown"
+}
+
+/// Registers `kcm_rs_build_info{version,git_commit,kubernetes_version} 1`,
+/// as Go components export `kubernetes_build_info`.
+pub fn register_build_info(version: &str, git_commit: &str) {
+    let opts = prometheus::Opts::new(
+        "kcm_rs_build_info",
+        "A metric with a constant '1' value labeled by the kcm-rs version, the git commit \
+         it was built from and the Kubernetes API version it was built against.",
+    );
+    let labels = ["version", "git_commit", "kubernetes_version"];
+    match prometheus::IntGaugeVec::new(opts, &labels) {
+        Ok(g) => register(g)
+            .with_label_values(&[version, git_commit, kubernetes_api_version()])
+            .set(1),
+        Err(e) => tracing::error!("kcm_rs_build_info: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_info_is_one_series_with_its_labels() {
+        register_build_info("1.2.3", "abc123");
+        let text = render();
+        let line = text.lines().find(|l| l.starts_with("kcm_rs_build_info{"));
+        let line = line.unwrap_or_else(|| panic!("no kcm_rs_build_info in:\n{text}"));
+        for want in [
+            "version=\"1.2.3\"",
+            "git_commit=\"abc123\"",
+            "kubernetes_version=\"v1.34\"",
+        ] {
+            assert!(line.contains(want), "{line}");
+        }
+        assert!(line.ends_with(" 1"), "{line}");
+    }
+}
