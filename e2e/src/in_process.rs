@@ -64,6 +64,7 @@ async fn start_at(
         features,
         settings,
         stop: stop.child_token(),
+        identities: Default::default(),
     };
     for spec in specs {
         let started = (spec.init)(&ctx).map_err(|e| HarnessError::NotHealthy {

@@ -145,10 +145,52 @@ pub struct Flags {
     #[arg(long, default_value = "0.0.0.0")]
     pub bind_address: IpAddr,
 
-    /// Port for /healthz, /readyz and /metrics (plain HTTP; KCM's 10257 is
-    /// HTTPS). 0 disables serving.
+    /// HTTPS port for /healthz, /readyz, /livez and /metrics. 0 disables
+    /// serving.
     #[arg(long = "secure-port", alias = "port", default_value_t = 10257)]
     pub port: u16,
+
+    /// Serving certificate (PEM, with intermediates); with
+    /// --tls-private-key-file. Unset: a self-signed certificate.
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// Serving key (PEM) for --tls-cert-file.
+    #[arg(long)]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// Where the self-signed certificate is kept (kcm-rs.crt, kcm-rs.key);
+    /// empty: generated in memory at every start. Ignored with
+    /// --tls-cert-file.
+    #[arg(long, default_value = "")]
+    pub cert_dir: PathBuf,
+
+    /// CA bundle for client certificates: a verified certificate's CN is
+    /// the user, its O entries the groups.
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
+
+    /// kubeconfig for TokenReview calls; in-cluster configuration when
+    /// unset. Without either, bearer tokens are refused.
+    #[arg(long)]
+    pub authentication_kubeconfig: Option<PathBuf>,
+
+    /// kubeconfig for SubjectAccessReview calls; in-cluster configuration
+    /// when unset. Without either, only system:masters and the always-allowed
+    /// paths pass.
+    #[arg(long)]
+    pub authorization_kubeconfig: Option<PathBuf>,
+
+    /// Paths served without authentication or authorization (a trailing
+    /// `*` matches a prefix).
+    #[arg(long, value_delimiter = ',', default_value = "/healthz,/readyz,/livez")]
+    pub authorization_always_allow_paths: Vec<String>,
+
+    /// Give each controller its own ServiceAccount token (TokenRequest
+    /// API, `kube-system/<controller client name>`), as KCM's flag.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set,
+        num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub use_service_account_credentials: bool,
 
     /// Log verbosity, as klog's -v: 0-1 info, 2-3 debug, 4+ trace.
     #[arg(short = 'v', long = "v", default_value_t = 0)]

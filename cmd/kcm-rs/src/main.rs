@@ -6,6 +6,7 @@ mod registry;
 mod serve;
 mod tools;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use kcm_features::FeatureGates;
+use kcm_runtime::client::identity::{self, TokenSource};
 use kcm_runtime::client::{ClientOptions, build_client};
 use kcm_runtime::controller::{self, ControllerContext, ControllerSpec};
 use kcm_runtime::informer::InformerFactory;
@@ -101,6 +103,104 @@ async fn wait_for_signal() {
     }
 }
 
+fn tls_options(flags: &Flags) -> kcm_serving::TlsOptions {
+    kcm_serving::TlsOptions {
+        cert_file: flags.tls_cert_file.clone(),
+        key_file: flags.tls_private_key_file.clone(),
+        cert_dir: Some(flags.cert_dir.clone()).filter(|d| !d.as_os_str().is_empty()),
+        client_ca_file: flags.client_ca_file.clone(),
+    }
+}
+
+/// A client for TokenReview or SubjectAccessReview calls: from `path`, else
+/// in-cluster, else none (with a warning). One that cannot reach its server
+/// is a start-up error.
+async fn review_client(
+    path: Option<&std::path::Path>,
+    flag: &str,
+) -> Result<Option<kube::Client>, Failure> {
+    let config = match path {
+        Some(p) => {
+            let kc = Kubeconfig::read_from(p)
+                .map_err(|e| Failure::User(format!("{flag} {}: {e}", p.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| Failure::User(format!("{flag} {}: {e}", p.display())))?
+        }
+        None => match kube::Config::incluster() {
+            Ok(c) => c,
+            Err(_) => {
+                tracing::warn!("no {flag} and not in a cluster: delegated checks are off");
+                return Ok(None);
+            }
+        },
+    };
+    let url = config.cluster_url.to_string();
+    let client = build_client(config, &ClientOptions::for_component("delegated-auth"))
+        .map_err(|e| Failure::User(format!("{flag}: {e}")))?;
+    match tokio::time::timeout(PROBE_TIMEOUT, client.apiserver_version()).await {
+        Ok(Ok(_)) => Ok(Some(client)),
+        Ok(Err(e)) => Err(Failure::User(format!(
+            "{flag}: the API server at {url}: {e}"
+        ))),
+        Err(_) => Err(Failure::User(format!(
+            "{flag}: the API server at {url} did not answer within {PROBE_TIMEOUT:?}"
+        ))),
+    }
+}
+
+async fn delegated_auth(flags: &Flags) -> Result<kcm_serving::Delegate, Failure> {
+    let authn = review_client(
+        flags.authentication_kubeconfig.as_deref(),
+        "--authentication-kubeconfig",
+    )
+    .await?;
+    let authz = review_client(
+        flags.authorization_kubeconfig.as_deref(),
+        "--authorization-kubeconfig",
+    )
+    .await?;
+    let metrics = kcm_serving::Metrics::register(kcm_runtime::metrics::registry());
+    Ok(kcm_serving::Delegate::new(
+        authn,
+        authz,
+        flags.authorization_always_allow_paths.clone(),
+        metrics,
+    ))
+}
+
+/// `--use-service-account-credentials`: a renewed token per selected
+/// controller. A refused TokenRequest is a start-up error.
+async fn controller_identities(
+    flags: &Flags,
+    config: &kube::Config,
+    selected: &[&'static ControllerSpec],
+    stop: &CancellationToken,
+) -> Result<Arc<HashMap<String, TokenSource>>, Failure> {
+    let mut map = HashMap::new();
+    if !flags.use_service_account_credentials {
+        return Ok(Arc::new(map));
+    }
+    let client = build_client(
+        config.clone(),
+        &ClientOptions::for_component("token-requests"),
+    )
+    .map_err(|e| Failure::Runtime(e.to_string()))?;
+    for spec in selected {
+        let token =
+            identity::service_account_token(client.clone(), spec.client_name, stop.child_token())
+                .await
+                .map_err(|e| Failure::User(e.to_string()))?;
+        tracing::info!(
+            controller = spec.name,
+            service_account = spec.client_name,
+            "using its own identity"
+        );
+        map.insert(spec.client_name.to_string(), token);
+    }
+    Ok(Arc::new(map))
+}
+
 async fn run(
     flags: Flags,
     gates: FeatureGates,
@@ -140,10 +240,17 @@ async fn run(
     *status.standby.write() = flags.leader_elect;
     let server = if flags.port != 0 {
         let addr = SocketAddr::new(flags.bind_address, flags.port);
+        let delegate = delegated_auth(&flags).await?;
         Some(
-            serve::serve(addr, Arc::clone(&status), stop.clone())
-                .await
-                .map_err(|e| Failure::User(format!("cannot serve on {addr}: {e}")))?,
+            serve::serve(
+                addr,
+                Arc::clone(&status),
+                stop.clone(),
+                &tls_options(&flags),
+                delegate,
+            )
+            .await
+            .map_err(|e| Failure::User(e.to_string()))?,
         )
     } else {
         None
@@ -182,6 +289,7 @@ async fn run(
         None
     };
     *status.standby.write() = false;
+    let identities = controller_identities(&flags, &config, &selected, &stop).await?;
     let ctx_config = config;
 
     // Watches are not throttled; the budget covers the initial lists.
@@ -210,6 +318,7 @@ async fn run(
             stale_pod_disruption_timeout: flags.stale_pod_disruption_timeout,
         },
         stop: stop.child_token(),
+        identities,
     };
     let mut tasks = Vec::new();
     for spec in &selected {

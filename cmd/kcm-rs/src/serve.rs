@@ -1,5 +1,6 @@
 //! /healthz (one check per running controller), /readyz (informers synced)
-//! and /metrics (Prometheus text format), as KCM serves them.
+//! and /metrics (Prometheus text format), as KCM serves them: over HTTPS
+//! behind delegated authentication and authorization (`kcm-serving`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use kcm_runtime::controller::Health;
 use kcm_runtime::informer::InformerFactory;
+use kcm_serving::{Delegate, SecureServer, ServeError, TlsOptions};
 use parking_lot::RwLock;
 use tokio_util::sync::CancellationToken;
 
@@ -109,30 +111,29 @@ async fn metrics() -> impl IntoResponse {
     )
 }
 
-/// Binds and serves until `stop` fires. Binding errors are returned at once
-/// (a port in use is a start-up error, not a log line).
-pub async fn serve(
-    addr: SocketAddr,
-    status: Shared,
-    stop: CancellationToken,
-) -> std::io::Result<tokio::task::JoinHandle<()>> {
-    kcm_runtime::metrics::register_build_info(env!("CARGO_PKG_VERSION"), env!("KCM_RS_GIT_COMMIT"));
-    let app = Router::new()
+/// The routes, before the authentication and authorization check.
+pub fn router(status: Shared) -> Router {
+    Router::new()
         .route("/healthz", get(healthz))
         .route("/healthz/{name}", get(healthz_one))
         .route("/livez", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(status);
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    Ok(tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await;
-        if let Err(e) = served {
-            tracing::error!("HTTP server: {e}");
-        }
-    }))
+        .with_state(status)
+}
+
+/// Binds and serves over HTTPS until `stop` fires. Certificate and binding
+/// errors are returned at once (start-up errors, not log lines).
+pub async fn serve(
+    addr: SocketAddr,
+    status: Shared,
+    stop: CancellationToken,
+    tls: &TlsOptions,
+    delegate: Delegate,
+) -> Result<tokio::task::JoinHandle<()>, ServeError> {
+    kcm_runtime::metrics::register_build_info(env!("CARGO_PKG_VERSION"), env!("KCM_RS_GIT_COMMIT"));
+    let server = SecureServer::bind(addr, tls, delegate).await?;
+    Ok(server.spawn(router(status), stop))
 }
 
 #[cfg(test)]

@@ -48,6 +48,7 @@ pub const SPEC: ControllerSpec = ControllerSpec {
     name: NAME,
     aliases: &["disruption"],
     enabled_by_default: true,
+    client_name: NAME,
     init,
 };
 

@@ -39,6 +39,7 @@ pub const SPEC: ControllerSpec = ControllerSpec {
     name: "job-controller",
     aliases: &["job"],
     enabled_by_default: true,
+    client_name: NAME,
     init,
 };
 

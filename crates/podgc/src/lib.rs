@@ -19,6 +19,7 @@ pub const SPEC: ControllerSpec = ControllerSpec {
     name: "pod-garbage-collector-controller",
     aliases: &["podgc"],
     enabled_by_default: true,
+    client_name: CLIENT_NAME,
     init,
 };
 

@@ -2,6 +2,7 @@
 //! init step that takes the informers it needs and registers its handlers,
 //! and a run step that drives its workers until told to stop.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::client::identity::TokenSource;
 use crate::informer::InformerFactory;
 
 /// What a controller gets at start-up.
@@ -27,6 +29,10 @@ pub struct ControllerContext {
     pub settings: Settings,
     /// Cancelled when the process shuts down.
     pub stop: CancellationToken,
+    /// `--use-service-account-credentials`: each controller's token, by its
+    /// client name (= its ServiceAccount in `kube-system`, as in KCM).
+    /// Empty: every controller uses `kube_config`'s own credentials.
+    pub identities: Arc<HashMap<String, TokenSource>>,
 }
 
 /// Controller settings that come from flags; `Default` gives KCM's values.
@@ -69,7 +75,19 @@ impl ControllerContext {
             burst: self.burst,
             user_agent_component: component.to_string(),
         };
-        crate::client::build_client(self.kube_config.clone(), &opts).map_err(|e| InitError {
+        let built = match self.identities.get(component) {
+            Some(token) => {
+                crate::client::build_client_as(self.kube_config.clone(), &opts, token.clone())
+            }
+            None if !self.identities.is_empty() => {
+                return Err(InitError {
+                    controller: component,
+                    message: format!("no ServiceAccount token for {component}"),
+                });
+            }
+            None => crate::client::build_client(self.kube_config.clone(), &opts),
+        };
+        built.map_err(|e| InitError {
             controller: component,
             message: e.to_string(),
         })
@@ -117,6 +135,9 @@ pub struct ControllerSpec {
     pub aliases: &'static [&'static str],
     /// Whether `*` selects it (all four are on by default in KCM).
     pub enabled_by_default: bool,
+    /// Its client name, which is also its ServiceAccount in `kube-system`
+    /// under `--use-service-account-credentials` (KCM's `ClientOrDie(name)`).
+    pub client_name: &'static str,
     pub init: InitFn,
 }
 
@@ -189,18 +210,21 @@ mod tests {
     const REG: &[ControllerSpec] = &[
         ControllerSpec {
             name: "job-controller",
+            client_name: "job-controller",
             aliases: &["job"],
             enabled_by_default: true,
             init: never,
         },
         ControllerSpec {
             name: "disruption-controller",
+            client_name: "disruption-controller",
             aliases: &["disruption"],
             enabled_by_default: true,
             init: never,
         },
         ControllerSpec {
             name: "optional-controller",
+            client_name: "optional-controller",
             aliases: &[],
             enabled_by_default: false,
             init: never,

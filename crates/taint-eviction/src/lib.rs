@@ -52,6 +52,7 @@ pub const SPEC: ControllerSpec = ControllerSpec {
     name: NAME,
     aliases: &[],
     enabled_by_default: true,
+    client_name: NAME,
     init,
 };
 

@@ -19,6 +19,7 @@
 //! 5. A `tower::buffer::Buffer` making kube's boxed default stack (base URI,
 //!    auth, extra headers, tracing, hyper) cloneable for the layers above.
 
+pub mod identity;
 pub mod lean;
 mod metrics;
 mod ratelimit;
@@ -107,8 +108,27 @@ pub enum ClientError {
 /// Must be called inside a Tokio runtime. Each call creates a fresh token
 /// bucket, so every controller is throttled independently, as in KCM.
 pub fn build_client(
+    config: kube::Config,
+    opts: &ClientOptions,
+) -> Result<kube::Client, ClientError> {
+    build(config, opts, None)
+}
+
+/// [`build_client`] for a controller that authenticates as its own
+/// ServiceAccount: `config`'s credentials are dropped and every request
+/// carries `token`'s current bearer token instead.
+pub fn build_client_as(
+    config: kube::Config,
+    opts: &ClientOptions,
+    token: identity::TokenSource,
+) -> Result<kube::Client, ClientError> {
+    build(identity::without_credentials(config), opts, Some(token))
+}
+
+fn build(
     mut config: kube::Config,
     opts: &ClientOptions,
+    token: Option<identity::TokenSource>,
 ) -> Result<kube::Client, ClientError> {
     if tokio::runtime::Handle::try_current().is_err() {
         return Err(ClientError::NoRuntime);
@@ -118,7 +138,13 @@ pub fn build_client(
     // 429/503/504 up to 15 times, up to 1000 s apart. `stack` retries instead.
     config.default_retry = false;
     let builder = ClientBuilder::try_from(config)?;
-    Ok(builder.with_layer(&stack).build())
+    Ok(match token {
+        Some(t) => builder
+            .with_layer(&stack)
+            .with_layer(&identity::BearerLayer(t))
+            .build(),
+        None => builder.with_layer(&stack).build(),
+    })
 }
 
 /// The user agent of a controller client, shaped like KCM's
