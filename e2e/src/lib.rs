@@ -10,6 +10,7 @@ pub mod control_plane;
 pub mod error;
 pub mod events;
 pub mod history;
+pub mod https;
 pub mod in_process;
 pub mod kubelet;
 pub mod namespace;

@@ -99,7 +99,9 @@ impl Prometheus {
         // The job name is overridden by each target's `job` label, if any.
         let mut config = serde_json::json!({
             "global": { "scrape_interval": scrape_interval, "evaluation_interval": scrape_interval },
-            "scrape_configs": [{ "job_name": "kcm-rs", "static_configs": static_configs }],
+            "scrape_configs": [{ "job_name": "kcm-rs", "static_configs": static_configs,
+                // kcm-rs serves HTTPS with a self-signed certificate.
+                "scheme": "https", "tls_config": { "insecure_skip_verify": true } }],
         });
         if let Some(rules) = rules {
             let path = dir.path().join("rules.yaml");

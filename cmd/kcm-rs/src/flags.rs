@@ -162,8 +162,8 @@ pub struct Flags {
     /// Where the self-signed certificate is kept (kcm-rs.crt, kcm-rs.key);
     /// empty: generated in memory at every start. Ignored with
     /// --tls-cert-file.
-    #[arg(long, default_value = "")]
-    pub cert_dir: PathBuf,
+    #[arg(long)]
+    pub cert_dir: Option<PathBuf>,
 
     /// CA bundle for client certificates: a verified certificate's CN is
     /// the user, its O entries the groups.

@@ -107,7 +107,7 @@ fn tls_options(flags: &Flags) -> kcm_serving::TlsOptions {
     kcm_serving::TlsOptions {
         cert_file: flags.tls_cert_file.clone(),
         key_file: flags.tls_private_key_file.clone(),
-        cert_dir: Some(flags.cert_dir.clone()).filter(|d| !d.as_os_str().is_empty()),
+        cert_dir: flags.cert_dir.clone().filter(|d| !d.as_os_str().is_empty()),
         client_ca_file: flags.client_ca_file.clone(),
     }
 }

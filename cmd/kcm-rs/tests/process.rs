@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use kcm_e2e::{TestNamespace, shared};
 use kube::Api;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kcm-rs");
 
@@ -109,6 +108,7 @@ fn start(lease: &str, port: u16, extra: &[&str]) -> Proc {
             .arg("--leader-elect-retry-period=500ms")
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--secure-port={port}"))
+            .arg(kcm_e2e::https::OPEN_PATHS)
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -156,21 +156,7 @@ async fn wait_holder(
 }
 
 async fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-        .await?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await?;
-    let code = buf
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = buf
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((code, body))
+    kcm_e2e::https::get(port, path).await
 }
 
 async fn wait_http(port: u16, path: &str, code: u16) -> String {

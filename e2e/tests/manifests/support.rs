@@ -24,7 +24,6 @@ use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub const WAIT: Duration = Duration::from_secs(60);
 
@@ -240,14 +239,7 @@ pub fn token_kubeconfig(admin: &Path, token: &str, out: &Path) {
 }
 
 pub async fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    let req = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
-    s.write_all(req.as_bytes()).await?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await?;
-    let code = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok());
-    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string());
-    Ok((code.unwrap_or(0), body.unwrap_or_default()))
+    kcm_e2e::https::get(port, path).await
 }
 
 /// The kcm-rs process under test; killed on drop.
@@ -430,6 +422,7 @@ pub async fn start_kcm_rs(cp: &ControlPlane, admin: &kube::Client, bin: &Path) -
         format!("--kubeconfig={}", kubeconfig.display()),
         "--bind-address=127.0.0.1".into(),
         format!("--secure-port={port}"),
+        kcm_e2e::https::OPEN_PATHS.into(),
         "--pod-gc-period=1s".into(),
         "--pod-gc-quarantine=1s".into(),
         "--stale-pod-disruption-timeout=2s".into(),
