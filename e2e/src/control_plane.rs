@@ -68,6 +68,47 @@ impl ControlPlane {
         kubeconfig: PathBuf,
         port: u16,
     ) -> Result<Self, HarnessError> {
+        Self::launch(dir, kubeconfig, port, "")
+    }
+
+    /// [`ControlPlane::start`] with an audit log of every request's
+    /// metadata (user, verb, resource, response code), one JSON event per
+    /// line in [`ControlPlane::audit_log`].
+    pub fn start_with_audit() -> Result<Self, HarnessError> {
+        let scratch = std::env::var_os("KCM_E2E_TMPDIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        std::fs::create_dir_all(&scratch)?;
+        let dir = tempfile::Builder::new()
+            .prefix("kcm-e2e-")
+            .tempdir_in(scratch)?;
+        let policy = dir.path().join("audit-policy.yaml");
+        std::fs::write(
+            &policy,
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
+             rules:\n- level: Metadata\n",
+        )?;
+        let log = dir.path().join("audit.log");
+        let extra = format!(
+            "--audit-policy-file={} --audit-log-path={} --audit-log-format=json",
+            policy.display(),
+            log.display()
+        );
+        let kubeconfig = dir.path().join("admin.kubeconfig");
+        Self::launch(dir, kubeconfig, 0, &extra)
+    }
+
+    /// Where [`ControlPlane::start_with_audit`] writes the audit log.
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir().join("audit.log")
+    }
+
+    fn launch(
+        dir: tempfile::TempDir,
+        kubeconfig: PathBuf,
+        port: u16,
+        extra_args: &str,
+    ) -> Result<Self, HarnessError> {
         let bin = binaries::ensure_built()?.join("kcm-e2e-apiserver");
         let log = dir.path().join("apiserver.log");
         let log_file = File::create(&log)?;
@@ -77,6 +118,7 @@ impl ControlPlane {
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--port={port}"))
             .arg("--exit-on-stdin-close")
+            .arg(format!("--extra-args={extra_args}"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log_file))

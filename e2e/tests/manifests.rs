@@ -5,6 +5,8 @@
 //! ServiceAccount bound by `base/rbac.yaml`, works in all four controllers (and
 //! leader election and events) without a single 403.
 
+#[path = "manifests/audit.rs"]
+mod audit;
 #[path = "manifests/support.rs"]
 mod support;
 
@@ -15,8 +17,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::{Event, Pod, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kcm_e2e::binaries::ensure_built;
 use kcm_e2e::kubelet;
 use kcm_e2e::wait::{wait_for_list, wait_gone};
@@ -60,12 +63,12 @@ fn every_manifest_parses_with_the_expected_kinds() {
     let dash: Value = serde_json::from_str(text(&cm["data"]["kcm-rs.json"])).expect("JSON");
     assert!(dash["panels"].as_array().is_some_and(|p| p.len() > 10));
 
-    // base lists its three files, the monitoring component its three, and
+    // base lists its four files, the monitoring component its four, and
     // manifests/ is both; kustomize (kubectl's) builds exactly their objects,
     // with the image tag set.
     let layers = [
-        ("base", "resources", &KINDS[..3]),
-        ("monitoring", "resources", &KINDS[3..6]),
+        ("base", "resources", &KINDS[..4]),
+        ("monitoring", "resources", &KINDS[4..8]),
     ];
     for (dir, key, files) in layers {
         let listed = docs(&format!("{dir}/kustomization.yaml"))[0][key].clone();
@@ -75,7 +78,7 @@ fn every_manifest_parses_with_the_expected_kinds() {
     let top = &docs("kustomization.yaml")[0];
     assert_eq!(top["resources"], json!(["base"]));
     assert_eq!(top["components"], json!(["monitoring"]));
-    for (dir, files) in [("base", &KINDS[..3]), ("", &KINDS[..6])] {
+    for (dir, files) in [("base", &KINDS[..4]), ("", &KINDS[..8])] {
         let built = kustomize(dir);
         let all: Vec<Value> = files.iter().flat_map(|(f, _)| docs(f)).collect();
         let (mut got, mut want) = (kinds(&built), kinds(&all));
@@ -131,9 +134,9 @@ fn kind_config_switches_off_the_four_controllers_in_kcm() {
 async fn kcm_rs_runs_under_the_manifests_rbac() {
     let began = Instant::now();
     let bin = kcm_rs_binary();
-    let cp = ControlPlane::start().expect("control plane");
+    let cp = ControlPlane::start_with_audit().expect("control plane");
     let admin = cp.client().await.expect("admin client");
-    let mut kcm = start_kcm_rs(&cp, &admin, &bin).await;
+    let mut kcm = start_kcm_rs(&cp, &admin, &bin, true).await;
     for file in [
         "base/deployment.yaml",
         "base/service.yaml",
@@ -186,6 +189,15 @@ async fn kcm_rs_runs_under_the_manifests_rbac() {
         .await;
     kcm.until(&jobs, "fail42", |j| job_has(j, "Failed")).await;
     kcm.until(&jobs, "ok", |j| job_has(j, "Complete")).await;
+
+    // (b2) Suspending a running Job: the controller deletes its pod.
+    create(&jobs, job("paused", false)).await;
+    let lp = ListParams::default().labels("batch.kubernetes.io/job-name=paused");
+    kcm.ok(wait_for_list(&pods, &lp, WAIT, "paused's pod", |ps| ps.len() == 1).await);
+    let suspend = json!({ "spec": { "suspend": true } });
+    let (pp, merge) = (Default::default(), kube::api::Patch::Merge(&suspend));
+    kcm.ok(jobs.patch("paused", &pp, &merge).await);
+    kcm.ok(wait_for_list(&pods, &lp, WAIT, "paused's pod gone", |ps| ps.is_empty()).await);
 
     // (c) Pod GC: a pod bound to a node that does not exist is deleted.
     let mut orphan = pod("orphan", "orphan", None);
@@ -267,9 +279,15 @@ async fn kcm_rs_runs_under_the_manifests_rbac() {
     let spec = now.spec.expect("spec");
     assert!(spec.renew_time != spec.acquire_time, "renewed: {spec:?}");
 
+    // /metrics over HTTPS: anonymous 401, an identity without the
+    // metrics-reader role 403, one with it 200; TokenReview and
+    // SubjectAccessReview cached across scrapes.
+    let metrics = secured_metrics(&admin, kcm.port).await;
+
+    // A controller's identity cannot do another's writes.
+    cross_writes_are_denied(&cp, &admin, &ns.name).await;
+
     // No request was refused; every metric of the alerts and dashboard exists.
-    let (code, metrics) = http_get(kcm.port, "/metrics").await.expect("/metrics");
-    assert_eq!(code, 200);
     let requests = metrics
         .lines()
         .filter(|l| l.starts_with("rest_client_requests_total{"));
@@ -309,8 +327,223 @@ async fn kcm_rs_runs_under_the_manifests_rbac() {
     kcm.check(status.success(), format!("exit {status}"));
     let released = leases.get("kcm-rs").await.expect("lease");
     kcm.check(holder(&released).is_empty(), "the Lease was not released");
+    least_privilege_from_the_audit_log(&cp);
     eprintln!(
         "kcm-rs under base/rbac.yaml: no 403, {:?} in all",
         began.elapsed()
     );
+}
+
+/// The curl transcript of the issue, and the cost of a scrape's checks.
+async fn secured_metrics(admin: &kube::Client, port: u16) -> String {
+    use kcm_e2e::https::{Credential, get_as};
+    let crbs: Api<ClusterRoleBinding> = Api::all(admin.clone());
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "default");
+    for name in ["scraper", "stranger"] {
+        create(&sas, json!({ "metadata": { "name": name } })).await;
+    }
+    create(
+        &crbs,
+        json!({
+            "metadata": { "name": "kcm-rs-test-scraper" },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                "name": "system:kcm-rs:metrics-reader" },
+            "subjects": [{ "kind": "ServiceAccount", "name": "scraper", "namespace": "default" }]
+        }),
+    )
+    .await;
+    let scraper = sa_token(admin, "default", "scraper").await;
+    let stranger = sa_token(admin, "default", "stranger").await;
+    let (anon, _) = get_as(port, "/metrics", Credential::None)
+        .await
+        .expect("anonymous");
+    let (bad, _) = get_as(port, "/metrics", Credential::Bearer("not-a-token"))
+        .await
+        .expect("bad token");
+    let (denied, why) = get_as(port, "/metrics", Credential::Bearer(&stranger))
+        .await
+        .expect("stranger");
+    let (health, _) = get_as(port, "/healthz", Credential::None)
+        .await
+        .expect("healthz");
+    eprintln!("GET /metrics anonymous -> {anon}\nGET /metrics bad token -> {bad}");
+    eprintln!(
+        "GET /metrics as default/stranger -> {denied} {}",
+        why.trim()
+    );
+    eprintln!("GET /healthz anonymous -> {health}");
+    assert_eq!((anon, bad, denied, health), (401, 401, 403, 200));
+    let before = |m: &str, name: &str| -> f64 {
+        m.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let (code, first) = get_as(port, "/metrics", Credential::Bearer(&scraper))
+        .await
+        .expect("scrape");
+    assert_eq!(code, 200, "{first}");
+    let scrapes = 20;
+    let mut last = String::new();
+    for _ in 0..scrapes {
+        let (code, body) = get_as(port, "/metrics", Credential::Bearer(&scraper))
+            .await
+            .expect("scrape");
+        assert_eq!(code, 200);
+        last = body;
+    }
+    let authn = "apiserver_delegated_authn_request_total";
+    let authz = "apiserver_delegated_authz_request_total";
+    let (tr, sar) = (
+        before(&last, authn) - before(&first, authn),
+        before(&last, authz) - before(&first, authz),
+    );
+    eprintln!(
+        "{scrapes} scrapes as default/scraper within the 10 s cache: {tr} TokenReviews, {sar} SubjectAccessReviews"
+    );
+    assert!(
+        tr <= 1.0 && sar <= 1.0,
+        "cache: {tr} TokenReviews, {sar} SubjectAccessReviews"
+    );
+    last
+}
+
+/// Pod GC's identity creating a pod, taint eviction's updating a Job's
+/// status: both refused by RBAC.
+async fn cross_writes_are_denied(cp: &ControlPlane, admin: &kube::Client, ns: &str) {
+    for (account, what) in [
+        ("pod-garbage-collector", "create a pod"),
+        ("taint-eviction-controller", "delete a Job"),
+    ] {
+        let token = sa_token(admin, "kube-system", account).await;
+        let kc = cp.dir().join(format!("{account}.kubeconfig"));
+        token_kubeconfig(cp.kubeconfig(), &token, &kc);
+        let client = kcm_e2e::control_plane::client_from_kubeconfig(&kc)
+            .await
+            .expect("client");
+        let refused = if what == "create a pod" {
+            let pods: Api<Pod> = Api::namespaced(client, ns);
+            pods.create(&Default::default(), &obj(pod("intruder", "x", None)))
+                .await
+                .err()
+        } else {
+            let jobs: Api<Job> = Api::namespaced(client, ns);
+            jobs.delete("ok", &Default::default()).await.err()
+        };
+        match refused {
+            Some(kube::Error::Api(e)) if e.code == 403 => {
+                eprintln!("{account} may not {what}: 403")
+            }
+            other => panic!("{account} must not {what}: {other:?}"),
+        }
+    }
+}
+
+/// Grants that no request can show: (identity, verb, resource, why).
+const ADMISSION_ONLY: &[(&str, &str, &str, &str)] = &[
+    (
+        "job-controller",
+        "update",
+        "batch/jobs/finalizers",
+        "admission-only: OwnerReferencesPermissionEnforcement checks it when a pod with \
+         blockOwnerDeletion is created",
+    ),
+    (
+        "job-controller",
+        "patch",
+        "/events",
+        "repeat-only: the recorder patches an event's count when it repeats (the \
+         disruption controller's identity does so in this run)",
+    ),
+    (
+        "taint-eviction-controller",
+        "patch",
+        "/events",
+        "repeat-only: as the job-controller's",
+    ),
+];
+
+/// Every request of kcm-rs's identities was allowed, and every grant of
+/// their roles was used (or is admission-only).
+fn least_privilege_from_the_audit_log(cp: &ControlPlane) {
+    let usage = audit::read(&cp.audit_log());
+    let ours = [
+        "kcm-rs",
+        "job-controller",
+        "pod-garbage-collector",
+        "taint-eviction-controller",
+        "disruption-controller",
+    ];
+    // The two cross writes above, refused on purpose; nothing else may be.
+    let meant = [
+        format!("{} create /pods -> 403", audit::sa("pod-garbage-collector")),
+        format!(
+            "{} delete batch/jobs -> 403",
+            audit::sa("taint-eviction-controller")
+        ),
+        // start_kcm_rs checks that the process's own identity cannot.
+        format!("{} list /secrets -> 403", audit::sa("kcm-rs")),
+    ];
+    for m in &meant {
+        assert!(
+            usage.refused.contains(m),
+            "{m} not in the audit log: {:#?}",
+            usage.refused
+        );
+    }
+    let refused: Vec<&String> = usage
+        .refused
+        .iter()
+        .filter(|r| {
+            ours.iter()
+                .any(|a| r.starts_with(&format!("{} ", audit::sa(a))))
+        })
+        .filter(|r| !meant.contains(r))
+        .collect();
+    let rbac = docs("base/rbac.yaml");
+    let role_of = |name: &str| {
+        rbac.iter()
+            .filter(|d| {
+                d["metadata"]["name"] == name && (d["kind"] == "ClusterRole" || d["kind"] == "Role")
+            })
+            .flat_map(audit::grants)
+            .collect::<BTreeSet<_>>()
+    };
+    let mut unused = Vec::new();
+    eprintln!("| identity | grant (verb resource) | requests in the audit log |\n|---|---|--:|");
+    for account in ours {
+        let role = if account == "kcm-rs" {
+            "system:kcm-rs".to_string()
+        } else {
+            format!("system:kcm-rs:{account}")
+        };
+        let used = usage
+            .uses
+            .get(&audit::sa(account))
+            .cloned()
+            .unwrap_or_default();
+        for g in role_of(&role) {
+            let n: usize = used
+                .iter()
+                .filter(|(u, _)| audit::covers(&g, u))
+                .map(|(_, n)| n)
+                .sum();
+            let exempt = ADMISSION_ONLY
+                .iter()
+                .find(|(a, v, r, _)| *a == account && *v == g.verb && *r == g.resource);
+            let shown = match exempt {
+                Some((.., why)) if n == 0 => format!("0 ({why})"),
+                _ => n.to_string(),
+            };
+            eprintln!("| {account} | {} {} | {shown} |", g.verb, g.resource);
+            if n == 0 && exempt.is_none() {
+                unused.push(format!("{account}: {} {}", g.verb, g.resource));
+            }
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "requests of kcm-rs's identities refused: {refused:#?}"
+    );
+    assert!(unused.is_empty(), "granted but never used: {unused:#?}");
 }

@@ -194,7 +194,7 @@ async fn prometheus_scrapes_kcm_rs_and_every_panel_and_alert_has_data() {
     let bin = kcm_rs_binary();
     let cp = ControlPlane::start().expect("control plane");
     let admin = cp.client().await.expect("admin client");
-    let kcm = start_kcm_rs(&cp, &admin, &bin).await;
+    let kcm = start_kcm_rs(&cp, &admin, &bin, false).await;
     let sim_cfg = SimConfig {
         nodes: 2,
         ..SimConfig::default()

@@ -11,6 +11,7 @@ use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod, PodCondition, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kcm_e2e::ControlPlane;
 use kcm_e2e::binaries::repo_root;
 use kcm_e2e::control_plane::{client_from_kubeconfig, tail};
@@ -63,18 +64,23 @@ pub fn container_args(deployment: &Value) -> Vec<String> {
     args.iter().map(|a| text(a).to_string()).collect()
 }
 
-pub const RBAC_KINDS: &str = "ServiceAccount ClusterRole ClusterRoleBinding Role RoleBinding";
+pub const RBAC_KINDS: &str = "ServiceAccount ServiceAccount ServiceAccount ServiceAccount \
+    ServiceAccount ClusterRole ClusterRoleBinding Role RoleBinding Lease ClusterRole ClusterRole \
+    ClusterRole ClusterRole ClusterRoleBinding ClusterRoleBinding ClusterRoleBinding \
+    ClusterRoleBinding ClusterRole";
 
 /// Which kinds each manifest holds (paths under `manifests/`, `examples/`
-/// aside); the first three are base's resources, the next three the
+/// aside); the first four are base's resources, the next four the
 /// monitoring component's.
 pub const KINDS: &[(&str, &str)] = &[
     ("base/rbac.yaml", RBAC_KINDS),
     ("base/deployment.yaml", "Deployment"),
     ("base/service.yaml", "Service"),
+    ("base/networkpolicy.yaml", "NetworkPolicy"),
     ("monitoring/servicemonitor.yaml", "ServiceMonitor"),
     ("monitoring/prometheusrule.yaml", "PrometheusRule"),
     ("monitoring/dashboard.yaml", "ConfigMap"),
+    ("monitoring/metrics-reader.yaml", "ClusterRoleBinding"),
     ("kustomization.yaml", "Kustomization"),
     ("base/kustomization.yaml", "Kustomization"),
     ("monitoring/kustomization.yaml", "Component"),
@@ -126,9 +132,12 @@ pub const AGREE: &[&str] = &[
     "pod/spec/priorityClassName = system-cluster-critical",
     "base/deployment.yaml#0/spec/replicas = 2",
     "--leader-elect = true",
-    "--leader-elect-resource-namespace = base/rbac.yaml#3/metadata/namespace",
-    "--leader-elect-resource-name = base/rbac.yaml#3/rules/1/resourceNames/0",
-    "--leader-elect-resource-namespace = base/rbac.yaml#4/metadata/namespace",
+    "--leader-elect-resource-namespace = base/rbac.yaml#7/metadata/namespace",
+    "--leader-elect-resource-name = base/rbac.yaml#7/rules/1/resourceNames/0",
+    "--leader-elect-resource-name = base/rbac.yaml#9/metadata/name",
+    "--leader-elect-resource-namespace = base/rbac.yaml#9/metadata/namespace",
+    "--leader-elect-resource-namespace = base/rbac.yaml#8/metadata/namespace",
+    "--use-service-account-credentials = true",
     "ctr/image = kcm-rs:dev",
     "ctr/ports/0/containerPort = --secure-port",
     "ctr/livenessProbe/httpGet/path = /livez",
@@ -138,7 +147,7 @@ pub const AGREE: &[&str] = &[
     "pod/spec/securityContext/runAsNonRoot = true",
     "base/service.yaml#0/spec/ports/0/targetPort = ctr/ports/0/name",
     "monitoring/servicemonitor.yaml#0/spec/endpoints/0/port = base/service.yaml#0/spec/ports/0/name",
-    "monitoring/servicemonitor.yaml#0/spec/endpoints/0/scheme = http",
+    "monitoring/servicemonitor.yaml#0/spec/endpoints/0/scheme = https",
     "monitoring/servicemonitor.yaml#0/apiVersion = monitoring.coreos.com/v1",
     "monitoring/prometheusrule.yaml#0/apiVersion = monitoring.coreos.com/v1",
     "monitoring/dashboard.yaml#0/metadata/labels/grafana_dashboard = 1",
@@ -385,7 +394,39 @@ pub fn referenced_metrics() -> BTreeSet<String> {
 /// Applies base/rbac.yaml, mints a ServiceAccount token and starts kcm-rs with
 /// the Deployment's flags under that identity (local address, port and
 /// credentials; short pod GC and stale-condition timers).
-pub async fn start_kcm_rs(cp: &ControlPlane, admin: &kube::Client, bin: &Path) -> KcmRs {
+/// A one-hour token of ServiceAccount `ns/name` (TokenRequest API).
+pub async fn sa_token(admin: &kube::Client, ns: &str, name: &str) -> String {
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
+    let req: TokenRequest = obj(json!({ "spec": { "audiences": [], "expirationSeconds": 3600 } }));
+    let tr: TokenRequest = sas
+        .create_subresource("token", name, &PostParams::default(), &req)
+        .await
+        .expect("token");
+    tr.status.expect("token status").token
+}
+
+/// Upstream's bootstrap bindings for KCM's controller ServiceAccounts,
+/// which kcm-rs's controllers share by name: removed, so that only
+/// `base/rbac.yaml` grants them anything.
+pub const BOOTSTRAP_BINDINGS: &[&str] = &[
+    "system:controller:job-controller",
+    "system:controller:pod-garbage-collector",
+    "system:controller:disruption-controller",
+];
+
+/// Starts kcm-rs with the Deployment's flags as `kube-system/kcm-rs`.
+/// `secure`: `/metrics` behind TokenReview and SubjectAccessReview (made as
+/// kcm-rs); otherwise every endpoint is open (tests about metrics only).
+pub async fn start_kcm_rs(
+    cp: &ControlPlane,
+    admin: &kube::Client,
+    bin: &Path,
+    secure: bool,
+) -> KcmRs {
+    let crbs: Api<ClusterRoleBinding> = Api::all(admin.clone());
+    for name in BOOTSTRAP_BINDINGS {
+        let _ = crbs.delete(name, &Default::default()).await;
+    }
     let ns_api: Api<Namespace> = Api::all(admin.clone());
     if ns_api.get_opt("kube-system").await.expect("get").is_none() {
         create(&ns_api, json!({ "metadata": { "name": "kube-system" } })).await;
@@ -422,11 +463,22 @@ pub async fn start_kcm_rs(cp: &ControlPlane, admin: &kube::Client, bin: &Path) -
         format!("--kubeconfig={}", kubeconfig.display()),
         "--bind-address=127.0.0.1".into(),
         format!("--secure-port={port}"),
-        kcm_e2e::https::OPEN_PATHS.into(),
         "--pod-gc-period=1s".into(),
         "--pod-gc-quarantine=1s".into(),
         "--stale-pod-disruption-timeout=2s".into(),
     ]);
+    if secure {
+        args.push(format!(
+            "--authentication-kubeconfig={}",
+            kubeconfig.display()
+        ));
+        args.push(format!(
+            "--authorization-kubeconfig={}",
+            kubeconfig.display()
+        ));
+    } else {
+        args.push(kcm_e2e::https::OPEN_PATHS.into());
+    }
     let log = cp.dir().join("kcm-rs.log");
     let out = std::fs::File::create(&log).expect("log");
     let mut cmd = Command::new(bin);
