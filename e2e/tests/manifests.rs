@@ -328,6 +328,16 @@ async fn kcm_rs_runs_under_the_manifests_rbac() {
     let released = leases.get("kcm-rs").await.expect("lease");
     kcm.check(holder(&released).is_empty(), "the Lease was not released");
     least_privilege_from_the_audit_log(&cp);
+    // At --v=10 the log holds no token: neither the ones kcm-rs minted for
+    // its controllers nor the ones it reviewed (all JWTs start "eyJ").
+    let log = std::fs::read_to_string(&kcm.log).expect("kcm-rs log");
+    let lines = log.lines().count();
+    assert!(lines > 100, "a verbose log: {lines} lines");
+    assert!(
+        !log.contains("eyJ") && !log.contains("Bearer "),
+        "a token in the log"
+    );
+    eprintln!("kcm-rs log at --v=10: {lines} lines, no token");
     eprintln!(
         "kcm-rs under base/rbac.yaml: no 403, {:?} in all",
         began.elapsed()

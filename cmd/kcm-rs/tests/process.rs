@@ -72,8 +72,64 @@ fn bad_input_is_a_clear_error_with_exit_code_2() {
     assert_user_error(&out, "kubeconfig");
 }
 
+/// Serving and identity flags: one clear line and exit 2 at start.
+#[test]
+fn bad_security_input_is_a_clear_error_with_exit_code_2() {
+    let kc = format!("--kubeconfig={}", shared().kubeconfig().display());
+    let port = format!("--secure-port={}", free_port());
+    let local = "--bind-address=127.0.0.1";
+    let out = run_to_end(&[
+        &kc,
+        local,
+        &port,
+        "--tls-cert-file=/nonexistent.crt",
+        "--tls-private-key-file=/nonexistent.key",
+    ]);
+    assert_user_error(&out, "reading --tls-cert-file /nonexistent.crt");
+    let out = run_to_end(&[&kc, local, &port, "--tls-cert-file=/nonexistent.crt"]);
+    assert_user_error(
+        &out,
+        "--tls-cert-file and --tls-private-key-file go together",
+    );
+    let garbage = tempfile_with("not a certificate");
+    let ca = format!("--client-ca-file={}", garbage.display());
+    let out = run_to_end(&[&kc, local, &port, &ca]);
+    assert_user_error(&out, "--client-ca-file");
+    // An authentication kubeconfig whose server does not answer.
+    let free = free_port();
+    let unreachable = tempfile_with(&format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{free}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: x\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n"
+    ));
+    let authn = format!("--authentication-kubeconfig={}", unreachable.display());
+    let out = run_to_end(&[&kc, local, &port, &authn]);
+    assert_user_error(
+        &out,
+        "--authentication-kubeconfig: the API server at https://127.0.0.1",
+    );
+    // No ServiceAccount kube-system/job-controller on this control plane.
+    let out = run_to_end(&[
+        &kc,
+        "--secure-port=0",
+        "--leader-elect=false",
+        "--controllers=job-controller",
+        "--use-service-account-credentials",
+    ]);
+    assert_user_error(
+        &out,
+        "TokenRequest for ServiceAccount kube-system/job-controller refused",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr)
+            .matches("error:")
+            .count(),
+        1
+    );
+}
+
 fn tempfile_with(content: &str) -> std::path::PathBuf {
-    let path = std::env::temp_dir().join(format!("kcm-rs-bad-{}.yaml", std::process::id()));
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("kcm-rs-bad-{}-{n}.yaml", std::process::id()));
     std::fs::write(&path, content).expect("write");
     path
 }

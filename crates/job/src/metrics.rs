@@ -82,3 +82,45 @@ pub fn metrics() -> &'static Metrics {
         }
     })
 }
+
+/// At most this many distinct `controller_name` values; later ones count
+/// under [`OTHER_CONTROLLER`]. `spec.managedBy` is user data: without a
+/// bound, anyone who may create Jobs could grow the metrics without end
+/// (upstream does not bound it; a deliberate deviation).
+pub const MAX_EXTERNAL_CONTROLLERS: usize = 32;
+pub const OTHER_CONTROLLER: &str = "other";
+
+/// The `controller_name` label value for `managed_by`.
+pub fn external_controller_label(managed_by: &str) -> String {
+    static SEEN: OnceLock<parking_lot::Mutex<std::collections::HashSet<String>>> = OnceLock::new();
+    let mut seen = SEEN.get_or_init(Default::default).lock();
+    if seen.contains(managed_by) {
+        return managed_by.to_string();
+    }
+    if seen.len() < MAX_EXTERNAL_CONTROLLERS {
+        seen.insert(managed_by.to_string());
+        return managed_by.to_string();
+    }
+    OTHER_CONTROLLER.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn external_controller_labels_are_bounded() {
+        let labels: std::collections::HashSet<String> = (0..200)
+            .map(|i| external_controller_label(&format!("example.com/c{i}")))
+            .collect();
+        assert!(
+            labels.len() <= MAX_EXTERNAL_CONTROLLERS + 1,
+            "{}",
+            labels.len()
+        );
+        assert!(labels.contains(OTHER_CONTROLLER));
+        // A value seen before keeps its own label.
+        let first = external_controller_label("example.com/c0");
+        assert_eq!(external_controller_label("example.com/c0"), first);
+    }
+}

@@ -19,6 +19,9 @@ pub mod auth;
 pub mod server;
 pub mod tls;
 
+#[cfg(test)]
+mod tests;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;

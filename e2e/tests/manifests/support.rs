@@ -468,6 +468,9 @@ pub async fn start_kcm_rs(
         "--stale-pod-disruption-timeout=2s".into(),
     ]);
     if secure {
+        // The most verbose logs, so the test can show they hold no token.
+        args.retain(|a| !a.starts_with("--v="));
+        args.push("--v=10".into());
         args.push(format!(
             "--authentication-kubeconfig={}",
             kubeconfig.display()

@@ -239,7 +239,7 @@ impl JobController {
         if let Some(name) = managed_by_other(job) {
             metrics()
                 .jobs_by_external_controller
-                .with_label_values(&[name])
+                .with_label_values(&[crate::metrics::external_controller_label(name)])
                 .inc();
         }
     }
