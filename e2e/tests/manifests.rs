@@ -283,6 +283,15 @@ async fn kcm_rs_runs_under_the_manifests_rbac() {
     // metrics-reader role 403, one with it 200; TokenReview and
     // SubjectAccessReview cached across scrapes.
     let metrics = secured_metrics(&admin, kcm.port).await;
+    // The admin client certificate (O=system:masters), verified against
+    // --client-ca-file: allowed without a review.
+    let state = cp.dir().join("state");
+    let cert = kcm_e2e::https::Credential::Cert(&state.join("admin.crt"), &state.join("admin.key"));
+    let (code, _) = kcm_e2e::https::get_as(kcm.port, "/metrics", cert)
+        .await
+        .expect("cert");
+    eprintln!("GET /metrics with the admin client certificate -> {code}");
+    assert_eq!(code, 200);
 
     // A controller's identity cannot do another's writes.
     cross_writes_are_denied(&cp, &admin, &ns.name).await;
