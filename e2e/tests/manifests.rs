@@ -337,6 +337,19 @@ async fn kcm_rs_runs_under_the_manifests_rbac() {
     let released = leases.get("kcm-rs").await.expect("lease");
     kcm.check(holder(&released).is_empty(), "the Lease was not released");
     least_privilege_from_the_audit_log(&cp);
+    // Each controller's token was renewed while it worked (every 3 s here),
+    // and no request of theirs was refused across the renewals (above).
+    let renewed = audit::token_requests(&cp.audit_log(), &audit::sa("kcm-rs"));
+    eprintln!("TokenRequests by account: {renewed:?}");
+    for account in [
+        "job-controller",
+        "pod-garbage-collector",
+        "taint-eviction-controller",
+        "disruption-controller",
+    ] {
+        let n = renewed.get(account).copied().unwrap_or(0);
+        assert!(n >= 2, "{account}: {n} TokenRequests, no renewal");
+    }
     // At --v=10 the log holds no token: neither the ones kcm-rs minted for
     // its controllers nor the ones it reviewed (all JWTs start "eyJ").
     let log = std::fs::read_to_string(&kcm.log).expect("kcm-rs log");

@@ -192,6 +192,11 @@ pub struct Flags {
         num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub use_service_account_credentials: bool,
 
+    /// Renew controller tokens this often instead of at 80 % of their
+    /// lifetime. For tests.
+    #[arg(long, value_parser = parse_go_duration, hide = true)]
+    pub service_account_token_renewal: Option<Duration>,
+
     /// Log verbosity, as klog's -v: 0-1 info, 2-3 debug, 4+ trace.
     #[arg(short = 'v', long = "v", default_value_t = 0)]
     pub verbosity: u8,

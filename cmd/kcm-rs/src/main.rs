@@ -187,10 +187,14 @@ async fn controller_identities(
     )
     .map_err(|e| Failure::Runtime(e.to_string()))?;
     for spec in selected {
-        let token =
-            identity::service_account_token(client.clone(), spec.client_name, stop.child_token())
-                .await
-                .map_err(|e| Failure::User(e.to_string()))?;
+        let token = identity::service_account_token(
+            client.clone(),
+            spec.client_name,
+            stop.child_token(),
+            flags.service_account_token_renewal,
+        )
+        .await
+        .map_err(|e| Failure::User(e.to_string()))?;
         tracing::info!(
             controller = spec.name,
             service_account = spec.client_name,

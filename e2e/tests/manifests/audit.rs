@@ -122,3 +122,24 @@ pub fn covers(g: &Use, used: &Use) -> bool {
     };
     group && res
 }
+
+/// TokenRequests `user` made, by ServiceAccount name (successful only).
+pub fn token_requests(path: &Path, user: &str) -> BTreeMap<String, usize> {
+    let text = std::fs::read_to_string(path).expect("audit log");
+    let mut out = BTreeMap::new();
+    for e in text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    {
+        let o = &e["objectRef"];
+        if e["stage"] == "ResponseComplete"
+            && e["user"]["username"] == user
+            && o["subresource"] == "token"
+            && e["responseStatus"]["code"] == 201
+        {
+            let name = o["name"].as_str().unwrap_or("").to_string();
+            *out.entry(name).or_default() += 1;
+        }
+    }
+    out
+}

@@ -471,6 +471,8 @@ pub async fn start_kcm_rs(
         // The most verbose logs, so the test can show they hold no token.
         args.retain(|a| !a.starts_with("--v="));
         args.push("--v=10".into());
+        // Renew the controllers' tokens every few seconds, to see it happen.
+        args.push("--service-account-token-renewal=3s".into());
         let ca = cp.dir().join("state/ca.crt");
         args.push(format!("--client-ca-file={}", ca.display()));
         args.push(format!(

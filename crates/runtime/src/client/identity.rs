@@ -123,16 +123,21 @@ pub fn renew_after(now: Timestamp, expires: Timestamp) -> Duration {
 /// Fetches the first token of `account` (an error here stops start-up) and
 /// keeps renewing it until `stop`. A failed renewal is retried with
 /// back-off while the old token is still valid.
+///
+/// `every` replaces the renewal time (tests only: API tokens live at least
+/// ten minutes, too long to watch one renew).
 pub async fn service_account_token(
     client: kube::Client,
     account: &str,
     stop: CancellationToken,
+    every: Option<Duration>,
 ) -> Result<TokenSource, IdentityError> {
     let (token, mut expires) = request_token(&client, account).await?;
     let source = TokenSource::new(account, &token)?;
     let renewing = source.clone();
+    let next = move |expires| every.unwrap_or_else(|| renew_after(Timestamp::now(), expires));
     tokio::spawn(async move {
-        let mut wait = renew_after(Timestamp::now(), expires);
+        let mut wait = next(expires);
         let mut backoff = Duration::from_secs(1);
         loop {
             tokio::select! {
@@ -143,7 +148,7 @@ pub async fn service_account_token(
                 Ok((token, exp)) if renewing.set(&token).is_ok() => {
                     expires = exp;
                     backoff = Duration::from_secs(1);
-                    wait = renew_after(Timestamp::now(), expires);
+                    wait = next(expires);
                     tracing::debug!(account = renewing.account(), %expires, "token renewed");
                 }
                 failed => {
