@@ -295,3 +295,120 @@ async fn job_managed_by_another_controller_is_ignored() {
     );
     assert!(after >= before + 1.0, "external controller metric");
 }
+
+/// A tracking finalizer whose removal fails in the sweep after a Job is
+/// deleted is retried for that pod with back-off (upstream 1.37), not only
+/// logged: a ValidatingAdmissionPolicy refuses the removal, then its binding
+/// goes (no event on the pod), and the finalizer must still go.
+#[tokio::test]
+async fn failed_finalizer_removal_in_the_sweep_is_retried() {
+    use kube::api::DynamicObject;
+    use kube::discovery::ApiResource;
+    let e = env().await;
+    let _jc = ours(&e.cp, FeatureGates::default()).await;
+    let gvk = |kind: &str| {
+        ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+            "admissionregistration.k8s.io",
+            "v1",
+            kind,
+        ))
+    };
+    let policies: Api<DynamicObject> =
+        Api::all_with(e.client.clone(), &gvk("ValidatingAdmissionPolicy"));
+    let bindings: Api<DynamicObject> =
+        Api::all_with(e.client.clone(), &gvk("ValidatingAdmissionPolicyBinding"));
+    let vap = format!("{}-keep-finalizer", e.ns.name);
+    let keep = "!(has(object.metadata.labels) && 'block' in object.metadata.labels) || \
+                (has(object.metadata.finalizers) && \
+                 object.metadata.finalizers.exists(f, f == 'batch.kubernetes.io/job-tracking'))";
+    let policy: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": vap},
+        "spec": {"failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["UPDATE"], "resources": ["pods"]}]},
+            "validations": [{"expression": keep, "message": "blocked by the test"}]}
+    }))
+    .expect("policy");
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("policy");
+    let binding: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": vap},
+        "spec": {"policyName": vap, "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels":
+                {"kubernetes.io/metadata.name": e.ns.name}}}}
+    }))
+    .expect("binding");
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding");
+
+    let mut j = job("swept", json!({"parallelism": 1, "completions": 1}));
+    if let Some(spec) = j.spec.as_mut() {
+        spec.template.metadata =
+            Some(serde_json::from_value(json!({"labels": {"block": "true"}})).expect("meta"));
+    }
+    e.jobs
+        .create(&PostParams::default(), &j)
+        .await
+        .expect("job");
+    let pods = wait_pods(&e.pods, "swept", "one pod", |ps| ps.len() == 1).await;
+    let pod = name(&pods[0]);
+    // The policy is in force once removing the finalizer by hand is refused.
+    let removal = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": [TRACKING]}});
+    let start = std::time::Instant::now();
+    loop {
+        // A dry run: admission runs, nothing is written.
+        let r = e
+            .pods
+            .patch(
+                &pod,
+                &PatchParams::default().dry_run(),
+                &Patch::Strategic(&removal),
+            )
+            .await;
+        match r {
+            Err(kube::Error::Api(err)) if err.message.contains("blocked by the test") => break,
+            Ok(_) | Err(_) => {}
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "policy never in force"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Background: the Job goes at once (no garbage collector runs here).
+    let background = DeleteParams {
+        propagation_policy: Some(kube::api::PropagationPolicy::Background),
+        ..Default::default()
+    };
+    e.jobs
+        .delete("swept", &background)
+        .await
+        .expect("delete job");
+    // The sweep runs and is refused; the finalizer stays meanwhile.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let held = e.pods.get(&pod).await.expect("pod");
+    assert!(
+        has_tracking(&held),
+        "the policy should have kept the finalizer"
+    );
+    // Lift the block without touching the pod: only a retry can finish.
+    bindings
+        .delete(&vap, &DeleteParams::default())
+        .await
+        .expect("unbind");
+    let start = std::time::Instant::now();
+    while has_tracking(&e.pods.get(&pod).await.expect("pod")) {
+        assert!(
+            start.elapsed() < Duration::from_secs(45),
+            "the tracking finalizer was never retried"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let _ = policies.delete(&vap, &DeleteParams::default()).await;
+}

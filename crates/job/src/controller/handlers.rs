@@ -273,6 +273,11 @@ impl JobController {
     }
 
     fn delete_job(&self, job: &Job) {
+        // A Job created again under the same name must not wait for the old
+        // one's pod creations or deletions (upstream 1.37).
+        let key = object_key(job);
+        self.expectations.delete_expectations(&key);
+        self.finalizer_expectations.delete_expectations(&key);
         self.enqueue_after(job, Duration::ZERO);
         if let Some(uid) = job.metadata.uid.as_ref() {
             self.finished_jobs.lock().remove(uid);

@@ -64,8 +64,14 @@ impl JobController {
                     if sel.matches(pod.metadata.labels.as_ref())
                         && let Err(e) = self.handle_orphan(&pod).await
                     {
-                        // Per-pod errors are only logged, as upstream.
-                        tracing::warn!(pod = %object_key(pod.as_ref()), "removing tracking finalizer: {e}");
+                        // Retried for this pod alone, with back-off (upstream
+                        // 1.37; earlier versions only logged, so a finalizer
+                        // could stay until the pod changed again).
+                        tracing::warn!(pod = %object_key(pod.as_ref()), "removing tracking finalizer, will retry: {e}");
+                        self.orphan_queue.add_rate_limited(OrphanKey::Name {
+                            namespace: namespace.clone(),
+                            name: pod.metadata.name.clone().unwrap_or_default(),
+                        });
                     }
                 }
                 Ok(())
