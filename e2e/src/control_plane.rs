@@ -46,17 +46,23 @@ pub fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// A fresh directory for one control plane, under `$KCM_E2E_TMPDIR` or the
+/// system's temporary directory.
+fn scratch_dir() -> Result<tempfile::TempDir, HarnessError> {
+    let scratch = std::env::var_os("KCM_E2E_TMPDIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&scratch)?;
+    Ok(tempfile::Builder::new()
+        .prefix("kcm-e2e-")
+        .tempdir_in(scratch)?)
+}
+
 impl ControlPlane {
     /// Builds the binaries if needed and starts a fresh control plane in a new
     /// temporary directory. Several may run at once.
     pub fn start() -> Result<Self, HarnessError> {
-        let scratch = std::env::var_os("KCM_E2E_TMPDIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
-        std::fs::create_dir_all(&scratch)?;
-        let dir = tempfile::Builder::new()
-            .prefix("kcm-e2e-")
-            .tempdir_in(scratch)?;
+        let dir = scratch_dir()?;
         let kubeconfig = dir.path().join("admin.kubeconfig");
         Self::start_in(dir, kubeconfig, 0)
     }
@@ -75,13 +81,7 @@ impl ControlPlane {
     /// metadata (user, verb, resource, response code), one JSON event per
     /// line in [`ControlPlane::audit_log`].
     pub fn start_with_audit() -> Result<Self, HarnessError> {
-        let scratch = std::env::var_os("KCM_E2E_TMPDIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
-        std::fs::create_dir_all(&scratch)?;
-        let dir = tempfile::Builder::new()
-            .prefix("kcm-e2e-")
-            .tempdir_in(scratch)?;
+        let dir = scratch_dir()?;
         let policy = dir.path().join("audit-policy.yaml");
         std::fs::write(
             &policy,

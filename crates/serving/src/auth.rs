@@ -157,6 +157,35 @@ impl Delegate {
         }
     }
 
+    /// Creates a review (TokenReview, SubjectAccessReview), counting the
+    /// call by response code; a failure is logged and never cached.
+    async fn review<K>(
+        &self,
+        client: &kube::Client,
+        review: &K,
+        counter: &IntCounterVec,
+    ) -> Result<K, ()>
+    where
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+            + Clone
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::all(client.clone());
+        match api.create(&PostParams::default(), review).await {
+            Ok(r) => {
+                counter.with_label_values(&["201"]).inc();
+                Ok(r)
+            }
+            Err(e) => {
+                counter.with_label_values(&[&code_of(&e)]).inc();
+                tracing::warn!(kind = K::kind(&()).as_ref(), "review failed: {e}");
+                Err(())
+            }
+        }
+    }
+
     /// Paths served to anyone: exact, or a prefix when the entry ends in `*`.
     pub fn always_allowed(&self, path: &str) -> bool {
         self.always_allow.iter().any(|p| match p.strip_suffix('*') {
@@ -188,18 +217,10 @@ impl Delegate {
             },
             ..Default::default()
         };
-        let api: Api<TokenReview> = Api::all(client.clone());
-        let answer = match api.create(&PostParams::default(), &review).await {
-            Ok(r) => {
-                self.metrics.authn.with_label_values(&["201"]).inc();
-                r.status.unwrap_or_default()
-            }
-            Err(e) => {
-                self.metrics.authn.with_label_values(&[&code_of(&e)]).inc();
-                // Not cached: the next request asks again.
-                tracing::warn!("TokenReview failed: {e}");
-                return Authn::Denied("token review failed".into());
-            }
+        let answer = match self.review(client, &review, &self.metrics.authn).await {
+            Ok(r) => r.status.unwrap_or_default(),
+            // Not cached: the next request asks again.
+            Err(()) => return Authn::Denied("token review failed".into()),
         };
         let result = match (answer.authenticated, answer.user) {
             (Some(true), Some(u)) => Ok(User {
@@ -245,17 +266,9 @@ impl Delegate {
             },
             ..Default::default()
         };
-        let api: Api<SubjectAccessReview> = Api::all(client.clone());
-        let status = match api.create(&PostParams::default(), &review).await {
-            Ok(r) => {
-                self.metrics.authz.with_label_values(&["201"]).inc();
-                r.status.unwrap_or_default()
-            }
-            Err(e) => {
-                self.metrics.authz.with_label_values(&[&code_of(&e)]).inc();
-                tracing::warn!("SubjectAccessReview failed: {e}");
-                return Authz::Error("authorization check failed".into());
-            }
+        let status = match self.review(client, &review, &self.metrics.authz).await {
+            Ok(r) => r.status.unwrap_or_default(),
+            Err(()) => return Authz::Error("authorization check failed".into()),
         };
         let result = if status.allowed && status.denied != Some(true) {
             Ok(())
