@@ -7,7 +7,7 @@ ARGS ?=
 DEV_ARGS ?=
 IMAGE ?= kcm-rs:dev
 
-.PHONY: run run-examples test lint unit e2e bench controlplane fmt clean-run \
+.PHONY: run run-examples test lint unit e2e bench chaos controlplane fmt clean-run \
 	check-tools monitoring image kind-up
 
 ## run: kcm-rs against $KUBECONFIG / --kubeconfig in ARGS, else against a local
@@ -81,6 +81,13 @@ e2e: controlplane
 ## controlplane: build (or reuse) kube-apiserver and kube-controller-manager.
 controlplane:
 	e2e/harness/build.sh $(E2E_BIN)
+
+## chaos: the mixed workload with 50 SIGKILLs of kcm-rs and without, the
+## invariants checked (not part of `test`); CHAOS_ARGS="--kills 5 --scale 8".
+CHAOS_ARGS ?=
+chaos: controlplane
+	$(CARGO) build -p kcm-rs -p kcm-e2e --bins
+	target/debug/kcm-chaos --out bench/results/chaos/$$(date +%F).md $(CHAOS_ARGS)
 
 ## bench: kcm-rs against upstream KCM (release builds; not part of `test`).
 ## BENCH_ARGS="--scale 0.1 --only w1,w3" for a shorter run; see e2e/src/bench/.

@@ -22,4 +22,6 @@ pub enum HarnessError {
     Io(#[from] std::io::Error),
     #[error("Kubernetes API error: {0}")]
     Kube(#[from] kube::Error),
+    #[error("building an object: {0}")]
+    Json(#[from] serde_json::Error),
 }

@@ -93,6 +93,11 @@ impl PodHistory {
     }
 
     /// Every event seen for pod `name`, in order.
+    /// Every event of every pod, in watch order.
+    pub fn all(&self) -> Vec<Seen> {
+        self.events.lock().iter().map(|(_, s)| s.clone()).collect()
+    }
+
     pub fn of(&self, name: &str) -> Vec<Seen> {
         self.timed(name, None).into_iter().map(|(_, s)| s).collect()
     }

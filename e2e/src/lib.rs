@@ -6,6 +6,7 @@
 pub mod apply;
 pub mod bench;
 pub mod binaries;
+pub mod chaos;
 pub mod control_plane;
 pub mod error;
 pub mod events;
