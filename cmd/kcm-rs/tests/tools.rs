@@ -289,6 +289,10 @@ async fn explain_names_every_rule_and_agrees_with_the_job() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: Value = serde_json::from_slice(&out.stdout).expect("json report");
+    eprintln!(
+        "--- kcm-rs explain job {target} -o json\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let rule_of = |pod: &str| {
         let f = failure(&report, pod);
         (
