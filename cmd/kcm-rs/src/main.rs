@@ -2,6 +2,7 @@
 //! kube-controller-manager, in Rust.
 
 mod flags;
+mod kubeconfig;
 mod registry;
 mod serve;
 mod tools;
@@ -19,13 +20,9 @@ use kcm_runtime::client::{ClientOptions, build_client};
 use kcm_runtime::controller::{self, ControllerContext, ControllerSpec};
 use kcm_runtime::informer::InformerFactory;
 use kcm_runtime::leader::{LeaderElectionConfig, LeaderElector};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 
 use crate::flags::{Flags, LogFormat};
-
-/// How long the start-up probe waits for the API server to answer.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Why the process stopped: user errors exit 2, lost leadership or runtime
 /// failures exit 1.
@@ -53,21 +50,9 @@ fn init_logging(flags: &Flags) {
 }
 
 async fn kube_config(flags: &Flags) -> Result<kube::Config, Failure> {
-    let mut config = match &flags.kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path).map_err(|e| {
-                Failure::User(format!("reading kubeconfig {}: {e}", path.display()))
-            })?;
-            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| Failure::User(format!("loading kubeconfig {}: {e}", path.display())))?
-        }
-        None => kube::Config::infer().await.map_err(|e| {
-            Failure::User(format!(
-                "no --kubeconfig given and no in-cluster or $KUBECONFIG configuration: {e}"
-            ))
-        })?,
-    };
+    let mut config = kubeconfig::load_or_infer(flags.kubeconfig.as_deref())
+        .await
+        .map_err(Failure::User)?;
     if let Some(master) = &flags.master {
         config.cluster_url = master
             .parse()
@@ -120,13 +105,9 @@ async fn review_client(
     flag: &str,
 ) -> Result<Option<kube::Client>, Failure> {
     let config = match path {
-        Some(p) => {
-            let kc = Kubeconfig::read_from(p)
-                .map_err(|e| Failure::User(format!("{flag} {}: {e}", p.display())))?;
-            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| Failure::User(format!("{flag} {}: {e}", p.display())))?
-        }
+        Some(p) => kubeconfig::load(p)
+            .await
+            .map_err(|e| Failure::User(format!("{flag}: {e}")))?,
         None => match kube::Config::incluster() {
             Ok(c) => c,
             Err(_) => {
@@ -138,15 +119,10 @@ async fn review_client(
     let url = config.cluster_url.to_string();
     let client = build_client(config, &ClientOptions::for_component("delegated-auth"))
         .map_err(|e| Failure::User(format!("{flag}: {e}")))?;
-    match tokio::time::timeout(PROBE_TIMEOUT, client.apiserver_version()).await {
-        Ok(Ok(_)) => Ok(Some(client)),
-        Ok(Err(e)) => Err(Failure::User(format!(
-            "{flag}: the API server at {url}: {e}"
-        ))),
-        Err(_) => Err(Failure::User(format!(
-            "{flag}: the API server at {url} did not answer within {PROBE_TIMEOUT:?}"
-        ))),
-    }
+    kubeconfig::probe(&client, &url)
+        .await
+        .map_err(|e| Failure::User(format!("{flag}: {e}")))?;
+    Ok(Some(client))
 }
 
 async fn delegated_auth(flags: &Flags) -> Result<kcm_serving::Delegate, Failure> {
@@ -214,19 +190,10 @@ async fn run(
     let url = config.cluster_url.to_string();
     let probe = kube::Client::try_from(config.clone())
         .map_err(|e| Failure::User(format!("building a client for {url}: {e}")))?;
-    match tokio::time::timeout(PROBE_TIMEOUT, probe.apiserver_version()).await {
-        Ok(Ok(v)) => tracing::info!(server = %url, version = %v.git_version, "connected"),
-        Ok(Err(e)) => {
-            return Err(Failure::User(format!(
-                "the API server at {url} answered with an error: {e}"
-            )));
-        }
-        Err(_) => {
-            return Err(Failure::User(format!(
-                "the API server at {url} did not answer within {PROBE_TIMEOUT:?}"
-            )));
-        }
-    }
+    let version = kubeconfig::probe(&probe, &url)
+        .await
+        .map_err(Failure::User)?;
+    tracing::info!(server = %url, %version, "connected");
     tracing::info!(
         feature_gates = %gates,
         controllers = ?selected.iter().map(|c| c.name).collect::<Vec<_>>(),

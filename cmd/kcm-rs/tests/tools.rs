@@ -59,6 +59,18 @@ fn tool(args: &[&str]) -> Output {
     out
 }
 
+/// Runs a tool that must succeed (its stderr shown if not).
+fn tool_ok(args: &[&str]) -> Output {
+    let out = tool(args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -281,13 +293,7 @@ async fn explain_names_every_rule_and_agrees_with_the_job() {
 
     let target = format!("{}/explained", ns.name);
     let kcarg = format!("--kubeconfig={kc}");
-    let out = tool(&["explain", "job", &target, &kcarg, "-o", "json"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = tool_ok(&["explain", "job", &target, &kcarg, "-o", "json"]);
     let report: Value = serde_json::from_slice(&out.stdout).expect("json report");
     eprintln!(
         "--- kcm-rs explain job {target} -o json\n{}",
@@ -358,7 +364,7 @@ async fn explain_names_every_rule_and_agrees_with_the_job() {
         serde_yaml_ng::to_string(&json!({"podFailurePolicy": policy(false)})).expect("yaml"),
     )
     .expect("write policy");
-    let out = tool(&[
+    let out = tool_ok(&[
         "explain",
         "job",
         &target,
@@ -367,12 +373,6 @@ async fn explain_names_every_rule_and_agrees_with_the_job() {
         "json",
         &format!("--policy={}", proposal.display()),
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let what_if: Value = serde_json::from_slice(&out.stdout).expect("json");
     let changed: Vec<&str> = what_if["what_if"]["changed"]
         .as_array()
@@ -399,7 +399,7 @@ async fn explain_names_every_rule_and_agrees_with_the_job() {
         pods.get_opt(evicted).await.ok()?.is_none().then_some(())
     })
     .await;
-    let out = tool(&["explain", "job", &target, &kcarg, "-o", "json"]);
+    let out = tool_ok(&["explain", "job", &target, &kcarg, "-o", "json"]);
     let report: Value = serde_json::from_slice(&out.stdout).expect("json");
     let gone = report["gone"]["pods"]
         .as_array()
@@ -431,12 +431,6 @@ async fn explain_names_every_rule_and_agrees_with_the_job() {
         "-o",
         "yaml",
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let offline: Value = serde_yaml_ng::from_slice(&out.stdout).expect("yaml report");
     assert_eq!(
         offline["verdict"]["condition"],

@@ -436,14 +436,7 @@ pub async fn start_kcm_rs(
     eprintln!("applied {:?}", created.expect("apply base/rbac.yaml"));
 
     // A token of the ServiceAccount, through the TokenRequest API.
-    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "kube-system");
-    let req: TokenRequest = obj(json!({ "spec": { "audiences": [], "expirationSeconds": 3600 } }));
-    let pp = PostParams::default();
-    let tr: TokenRequest = sas
-        .create_subresource("token", "kcm-rs", &pp, &req)
-        .await
-        .expect("token");
-    let token = tr.status.expect("token status").token;
+    let token = sa_token(admin, "kube-system", "kcm-rs").await;
     let kubeconfig = cp.dir().join("kcm-rs.kubeconfig");
     token_kubeconfig(cp.kubeconfig(), &token, &kubeconfig);
     // That identity is not the admin: anything outside the role is refused.

@@ -7,7 +7,6 @@ use k8s_openapi::api::batch::v1::{Job, PodFailurePolicy};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kcm_job::explain::WhatIf;
 use kube::api::{Api, ListParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -150,20 +149,9 @@ pub fn what_if(
 }
 
 pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, ToolError> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .map_err(|e| ToolError(format!("reading kubeconfig {}: {e}", path.display())))?;
-            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| ToolError(format!("loading kubeconfig {}: {e}", path.display())))?
-        }
-        None => kube::Config::infer().await.map_err(|e| {
-            ToolError(format!(
-                "no --kubeconfig given and no in-cluster or $KUBECONFIG configuration: {e}"
-            ))
-        })?,
-    };
+    let config = crate::kubeconfig::load_or_infer(kubeconfig)
+        .await
+        .map_err(ToolError)?;
     kube::Client::try_from(config).map_err(|e| ToolError(format!("building a client: {e}")))
 }
 

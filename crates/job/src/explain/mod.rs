@@ -21,7 +21,6 @@ mod replay;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -34,6 +33,7 @@ use crate::indexes;
 use crate::pod_failure_policy::{Action, effective_policy, match_pod_failure_policy};
 use crate::pods::{index_failure_count, is_indexed, is_pod_failed, phase};
 use crate::sync::Config;
+use crate::sync::prepare::{counts_as_failure, verdict as verdict_of};
 
 pub use describe::{ConditionSeen, Evidence, RuleTrace};
 pub use gone::GonePod;
@@ -220,12 +220,10 @@ pub fn explain(req: &Request<'_>) -> Explanation {
     let actual = run_replay(job, job, &present, &stopped_names, req.now, config);
     let verdict = verdict(job, &actual);
     let status = job.status.clone().unwrap_or_default();
-    let base = replay::base_job(job, job, &present, config);
-    let gone_failed = base.status.as_ref().and_then(|s| s.failed).unwrap_or(0);
     let stopped_reports = stopped
         .iter()
         .map(|p| {
-            let mut r = pod_report(job, config, p, None);
+            let mut r = pod_report(job, config, p);
             r.note = Some("stopped when the Job ended; counted by its last sync".into());
             r
         })
@@ -260,7 +258,7 @@ pub fn explain(req: &Request<'_>) -> Explanation {
             Vec::new()
         };
         WhatIfReport {
-            rules: rule_texts(&proposed, config),
+            rules: rule_texts(&proposed),
             budgets: budgets(&proposed),
             failures: replayed.failures,
             changed,
@@ -279,7 +277,7 @@ pub fn explain(req: &Request<'_>) -> Explanation {
         .into(),
         budgets: budgets(job),
         policy_applied: effective_policy(job, config.pod_failure_policy).is_some(),
-        rules: rule_texts(job, config),
+        rules: rule_texts(job),
         status: StatusSeen {
             active: status.active.unwrap_or(0),
             succeeded: status.succeeded.unwrap_or(0),
@@ -297,7 +295,7 @@ pub fn explain(req: &Request<'_>) -> Explanation {
         failures: actual.failures,
         stopped: stopped_reports,
         gone: Gone {
-            counted_failures: gone_failed,
+            counted_failures: actual.gone_failed,
             pods: gone::gone_pods(job, req.pods, req.events, config),
         },
         verdict,
@@ -315,6 +313,8 @@ struct Replayed {
     decision: Option<ConditionText>,
     decided_by: Option<String>,
     failed: i32,
+    /// Counted failures of pods no longer in the API.
+    gone_failed: i32,
 }
 
 fn run_replay(
@@ -363,7 +363,7 @@ fn run_replay(
             }
             continue;
         }
-        let mut r = pod_report(spec_of, config, p, None);
+        let mut r = pod_report(spec_of, config, p);
         match step {
             Some(s) => {
                 let ends = s.finished.as_ref().map(ConditionText::of);
@@ -413,10 +413,11 @@ fn run_replay(
         decision,
         decided_by,
         failed,
+        gone_failed,
     }
 }
 
-fn pod_report(job: &Job, config: Config, p: &Pod, effect: Option<Effect>) -> PodReport {
+fn pod_report(job: &Job, config: Config, p: &Pod) -> PodReport {
     let policy = effective_policy(job, config.pod_failure_policy);
     let m = match_pod_failure_policy(policy, p);
     PodReport {
@@ -426,7 +427,7 @@ fn pod_report(job: &Job, config: Config, p: &Pod, effect: Option<Effect>) -> Pod
         evidence: describe::evidence(p),
         rule: m.rule,
         action: m.action.map_or("default", Action::as_str).to_string(),
-        effect,
+        effect: None,
         rules: policy
             .map(|pol| describe::trace(pol, p, m.rule))
             .unwrap_or_default(),
@@ -439,20 +440,12 @@ fn index_failures(job: &Job, config: Config, p: &Pod) -> Option<(i32, i32)> {
     spec.backoff_limit_per_index?;
     crate::pods::valid_index(p, job)?;
     let before = index_failure_count(p);
-    let counts = match_pod_failure_policy(effective_policy(job, config.pod_failure_policy), p)
-        .counts_towards_backoff;
+    let counts = counts_as_failure(job, config, p);
     Some((before, before.saturating_add(i32::from(counts))))
 }
 
 fn index_failed(job: &Job, config: Config, p: &Pod) -> bool {
-    let v = |p: &Pod| {
-        let m = match_pod_failure_policy(effective_policy(job, config.pod_failure_policy), p);
-        (
-            m.counts_towards_backoff,
-            m.action == Some(Action::FailIndex),
-        )
-    };
-    indexes::is_index_failed(job, p, &v)
+    indexes::is_index_failed(job, p, &|p: &Pod| verdict_of(job, config, p))
 }
 
 fn counted(r: &PodReport) -> bool {
@@ -548,8 +541,7 @@ fn budgets(job: &Job) -> Budgets {
     }
 }
 
-fn rule_texts(job: &Job, config: Config) -> Vec<String> {
-    let _ = config;
+fn rule_texts(job: &Job) -> Vec<String> {
     job.spec
         .as_ref()
         .and_then(|s| s.pod_failure_policy.as_ref())
@@ -596,9 +588,4 @@ fn ns(job: &Job) -> &str {
 
 fn name(p: &Pod) -> String {
     p.metadata.name.clone().unwrap_or_default()
-}
-
-/// Pod names to their reports, for tests and renderers.
-pub fn by_pod(reports: &[PodReport]) -> BTreeMap<&str, &PodReport> {
-    reports.iter().map(|r| (r.pod.as_str(), r)).collect()
 }

@@ -14,11 +14,10 @@ use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::indexes::{self, OrderedIntervals};
-use crate::pod_failure_policy::{Action, effective_policy, match_pod_failure_policy};
 use crate::pods::{
     JOB_TRACKING_FINALIZER, completions, has_tracking_finalizer, is_pod_failed, phase, valid_index,
 };
-use crate::sync::prepare::counts_as_failure;
+use crate::sync::prepare::{counts_as_failure, verdict};
 use crate::sync::{Config, Input, prepare};
 
 /// Conditions a replay decides again; `Suspended` and others are kept.
@@ -35,15 +34,6 @@ pub struct Step {
 
 fn uid(p: &Pod) -> &str {
     p.metadata.uid.as_deref().unwrap_or("")
-}
-
-/// The policy's verdict on `p` for the index helpers, as the sync uses it.
-fn verdict(job: &Job, config: Config, p: &Pod) -> (bool, bool) {
-    let m = match_pod_failure_policy(effective_policy(job, config.pod_failure_policy), p);
-    (
-        m.counts_towards_backoff,
-        m.action == Some(Action::FailIndex),
-    )
 }
 
 /// Is `p`'s failure already in the stored counters (finalizer gone, or its

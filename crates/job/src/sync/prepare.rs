@@ -47,7 +47,11 @@ pub fn counts_as_failure(
 }
 
 /// (counts_towards_backoff, fail_index) for the index helpers.
-fn verdict(job: &k8s_openapi::api::batch::v1::Job, config: Config, p: &Pod) -> (bool, bool) {
+pub(crate) fn verdict(
+    job: &k8s_openapi::api::batch::v1::Job,
+    config: Config,
+    p: &Pod,
+) -> (bool, bool) {
     let m = match_pod_failure_policy(effective_policy(job, config.pod_failure_policy), p);
     (
         m.counts_towards_backoff,
