@@ -65,6 +65,7 @@ async fn start_at(
         settings,
         stop: stop.child_token(),
         identities: Default::default(),
+        fence: kcm_runtime::client::Fence::open(),
     };
     for spec in specs {
         let started = (spec.init)(&ctx).map_err(|e| HarnessError::NotHealthy {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use clap::Parser;
 use kcm_features::FeatureGates;
 use kcm_runtime::client::identity::{self, TokenSource};
-use kcm_runtime::client::{ClientOptions, build_client};
+use kcm_runtime::client::{ClientOptions, Fence, build_client};
 use kcm_runtime::controller::{self, ControllerContext, ControllerSpec};
 use kcm_runtime::informer::InformerFactory;
 use kcm_runtime::leader::{LeaderElectionConfig, LeaderElector};
@@ -235,6 +235,13 @@ async fn run(
         });
     }
 
+    // Without leader election the process always writes; with it, from
+    // acquiring until a renewal is overdue (see `kcm_runtime::leader`).
+    let fence = if flags.leader_elect {
+        Fence::closed()
+    } else {
+        Fence::open()
+    };
     let mut elector = if flags.leader_elect {
         let cfg = LeaderElectionConfig {
             name: flags.leader_elect_resource_name.clone(),
@@ -249,8 +256,8 @@ async fn run(
             &ClientOptions::for_component("leader-election"),
         )
         .map_err(|e| Failure::User(e.to_string()))?;
-        let mut e =
-            LeaderElector::new(lease_client, cfg).map_err(|e| Failure::User(e.to_string()))?;
+        let mut e = LeaderElector::new(lease_client, cfg, fence.clone())
+            .map_err(|e| Failure::User(e.to_string()))?;
         tracing::info!(identity = %e.identity(), lease = %flags.leader_elect_resource_name, "waiting for the lease");
         if !e.acquire(&stop).await {
             return Ok(());
@@ -270,6 +277,7 @@ async fn run(
             qps: flags.kube_api_qps,
             burst: flags.kube_api_burst,
             user_agent_component: "shared-informers".into(),
+            ..ClientOptions::default()
         },
     )
     .map_err(|e| Failure::Runtime(e.to_string()))?;
@@ -290,6 +298,7 @@ async fn run(
         },
         stop: stop.child_token(),
         identities,
+        fence: fence.clone(),
     };
     let mut tasks = Vec::new();
     for spec in &selected {
@@ -312,12 +321,21 @@ async fn run(
         stop.cancelled().await;
     }
 
+    // The drain ends at the grace period, or earlier when the fence passes
+    // (no renewals after the signal): past it no write could land anyway.
+    let grace = fence
+        .remaining()
+        .map_or(flags.shutdown_grace_period, |left| {
+            left.min(flags.shutdown_grace_period)
+        });
+    let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
     let drain = futures::future::join_all(tasks);
-    if tokio::time::timeout(flags.shutdown_grace_period, drain)
-        .await
-        .is_err()
-    {
-        tracing::warn!(grace = ?flags.shutdown_grace_period, "in-flight syncs did not finish in time");
+    if tokio::time::timeout(grace, drain).await.is_err() {
+        tracing::warn!(
+            ?grace,
+            "in-flight syncs did not finish in time; cancelling them"
+        );
+        aborts.iter().for_each(|a| a.abort());
     }
     if let Some(e) = elector.as_mut() {
         e.release().await;

@@ -33,6 +33,9 @@ pub struct ControllerContext {
     /// client name (= its ServiceAccount in `kube-system`, as in KCM).
     /// Empty: every controller uses `kube_config`'s own credentials.
     pub identities: Arc<HashMap<String, TokenSource>>,
+    /// The leadership write fence every controller client obeys: open
+    /// without leader election, moved by each lease renewal with it.
+    pub fence: crate::client::Fence,
 }
 
 /// Controller settings that come from flags; `Default` gives KCM's values.
@@ -74,6 +77,8 @@ impl ControllerContext {
             qps: self.qps,
             burst: self.burst,
             user_agent_component: component.to_string(),
+            request_timeout: crate::client::REQUEST_TIMEOUT,
+            fence: self.fence.clone(),
         };
         let built = match self.identities.get(component) {
             Some(token) => {

@@ -3,6 +3,13 @@
 //! for a lease duration (by our own clock, so clock skew between nodes does
 //! not matter), renew every retry period, and give up leadership when a
 //! renewal has not succeeded within the renew deadline.
+//!
+//! Fencing: every successful renewal moves the process's write [`Fence`] to
+//! "when that renewal was started + renew deadline". A standby acquires no
+//! sooner than a lease duration after it saw the renewal, which is later,
+//! so the old leader's controller clients stop writing (refused, in-flight
+//! ones cancelled) before a new leader can start. Losing the lease, or
+//! failing to renew in time, closes the fence at once.
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +21,7 @@ use kube::api::{ObjectMeta, PostParams};
 use prometheus::IntGaugeVec;
 use tokio_util::sync::CancellationToken;
 
+use crate::client::Fence;
 use crate::metrics;
 
 #[derive(Debug, Clone)]
@@ -82,17 +90,36 @@ pub struct LeaderElector {
     cfg: LeaderElectionConfig,
     /// The last lease spec seen and when we first saw it (our clock).
     observed: Option<(LeaseSpec, Instant)>,
+    /// Moved by every renewal; closed when leadership is lost.
+    fence: Fence,
 }
 
 impl LeaderElector {
-    pub fn new(client: kube::Client, cfg: LeaderElectionConfig) -> Result<Self, LeaderError> {
+    /// `fence` should start closed; the elector opens it on acquiring.
+    pub fn new(
+        client: kube::Client,
+        cfg: LeaderElectionConfig,
+        fence: Fence,
+    ) -> Result<Self, LeaderError> {
         validate(&cfg)?;
         master_status().with_label_values(&[&cfg.name]).set(0);
         Ok(LeaderElector {
             api: Api::namespaced(client, &cfg.namespace),
             cfg,
             observed: None,
+            fence,
         })
+    }
+
+    /// One acquisition or renewal attempt; on success the fence moves to
+    /// the attempt's start + renew deadline.
+    async fn attempt(&mut self) -> Result<bool, kube::Error> {
+        let started = tokio::time::Instant::now();
+        let won = self.try_acquire_or_renew().await?;
+        if won {
+            self.fence.extend_to(started + self.cfg.renew_deadline);
+        }
+        Ok(won)
     }
 
     pub fn identity(&self) -> &str {
@@ -102,7 +129,7 @@ impl LeaderElector {
     /// Tries until this process leads (true) or `stop` fires (false).
     pub async fn acquire(&mut self, stop: &CancellationToken) -> bool {
         loop {
-            match self.try_acquire_or_renew().await {
+            match self.attempt().await {
                 Ok(true) => {
                     master_status().with_label_values(&[&self.cfg.name]).set(1);
                     tracing::info!(lease = %self.cfg.name, identity = %self.cfg.identity, "acquired leadership");
@@ -122,30 +149,38 @@ impl LeaderElector {
     /// not succeeded within the renew deadline (Err: the caller must stop
     /// all work and exit, as KCM does).
     pub async fn hold(&mut self, stop: &CancellationToken) -> Result<(), LeaderError> {
-        let mut last_renew = Instant::now();
+        // The fence is the deadline: it passes exactly when writes stop.
+        let deadline = self.cfg.renew_deadline;
+        let left = move |f: &Fence| f.remaining().unwrap_or(deadline);
         loop {
+            let wait = self.cfg.retry_period.min(left(&self.fence));
             tokio::select! {
                 _ = stop.cancelled() => return Ok(()),
-                _ = tokio::time::sleep(self.cfg.retry_period) => {}
+                _ = tokio::time::sleep(wait) => {}
             }
-            let budget = self.cfg.renew_deadline.saturating_sub(last_renew.elapsed());
-            let renewed = tokio::time::timeout(budget, self.try_acquire_or_renew()).await;
-            match renewed {
-                Ok(Ok(true)) => last_renew = Instant::now(),
-                Ok(Ok(false)) => {
-                    // Someone else holds it: we lost it outright.
-                    return Err(self.lost());
-                }
+            if self.fence.is_closed() {
+                return Err(self.lost());
+            }
+            let budget = left(&self.fence);
+            match tokio::time::timeout(budget, self.attempt()).await {
+                Ok(Ok(true)) | Err(_) => {}
+                // Someone else holds it: we lost it outright.
+                Ok(Ok(false)) => return Err(self.lost()),
                 Ok(Err(e)) => tracing::warn!(lease = %self.cfg.name, "renewing lease: {e}"),
-                Err(_) => {}
             }
-            if last_renew.elapsed() >= self.cfg.renew_deadline {
+            if self.fence.is_closed() {
                 return Err(self.lost());
             }
         }
     }
 
+    /// The fence this elector moves.
+    pub fn fence(&self) -> &Fence {
+        &self.fence
+    }
+
     fn lost(&self) -> LeaderError {
+        self.fence.close();
         master_status().with_label_values(&[&self.cfg.name]).set(0);
         LeaderError::Lost {
             namespace: self.cfg.namespace.clone(),
@@ -156,8 +191,13 @@ impl LeaderElector {
 
     /// Gives the lease up (on graceful shutdown), so a standby takes over at
     /// its next retry instead of waiting a full lease duration.
+    /// Skipped once the fence has passed: a standby may hold it by then.
     pub async fn release(&mut self) {
         master_status().with_label_values(&[&self.cfg.name]).set(0);
+        if self.fence.is_closed() {
+            return;
+        }
+        self.fence.close();
         let Ok(Some(mut lease)) = self.api.get_opt(&self.cfg.name).await else {
             return;
         };

@@ -14,11 +14,15 @@
 //! 3. [`RateLimit`] takes a token from the client's own bucket (QPS and
 //!    burst) for every attempt, retries included, as client-go throttles
 //!    retries too; watches are not throttled.
-//! 4. [`AttemptMetrics`] counts every HTTP attempt in
+//! 4. [`Deadline`] bounds every attempt: non-watch requests by
+//!    [`ClientOptions::request_timeout`], writes by the leadership
+//!    [`Fence`] (refused once it has passed, cancelled when it passes).
+//! 5. [`AttemptMetrics`] counts every HTTP attempt in
 //!    `rest_client_requests_total{code,method,host}`.
-//! 5. A `tower::buffer::Buffer` making kube's boxed default stack (base URI,
+//! 6. A `tower::buffer::Buffer` making kube's boxed default stack (base URI,
 //!    auth, extra headers, tracing, hyper) cloneable for the layers above.
 
+mod deadline;
 pub mod identity;
 pub mod lean;
 mod metrics;
@@ -35,6 +39,9 @@ use tower::buffer::{Buffer, BufferLayer};
 use tower::retry::{Retry, RetryLayer};
 use tower::{BoxError, Layer, Service, ServiceBuilder};
 
+pub use self::deadline::{
+    Deadline, DeadlineBody, DeadlineError, DeadlineLayer, Fence, REQUEST_TIMEOUT,
+};
 pub use self::lean::{LeanApi, Written};
 pub use self::metrics::{
     AttemptMetrics, AttemptMetricsLayer, Instrument, InstrumentLayer, RestClientMetrics, TimedBody,
@@ -63,6 +70,10 @@ pub struct ClientOptions {
     /// The controller's client name appended to the user agent, e.g.
     /// `job-controller` (KCM's `ClientOrDie("job-controller")`).
     pub user_agent_component: String,
+    /// Bound on one non-watch request (body included).
+    pub request_timeout: std::time::Duration,
+    /// Writes stop when this fence passes (leader election moves it).
+    pub fence: Fence,
 }
 
 impl ClientOptions {
@@ -72,6 +83,8 @@ impl ClientOptions {
             qps: DEFAULT_QPS,
             burst: DEFAULT_BURST,
             user_agent_component: component.into(),
+            request_timeout: REQUEST_TIMEOUT,
+            fence: Fence::open(),
         }
     }
 }
@@ -192,6 +205,7 @@ pub struct ClientStack {
     bucket: Arc<TokenBucket>,
     host: Arc<str>,
     user_agent: HeaderValue,
+    deadline: DeadlineLayer,
 }
 
 impl ClientStack {
@@ -209,6 +223,7 @@ impl ClientStack {
             bucket: Arc::new(TokenBucket::new(opts.qps, opts.burst)),
             host: host.into(),
             user_agent,
+            deadline: DeadlineLayer::new(opts.request_timeout, opts.fence.clone()),
         })
     }
 }
@@ -217,7 +232,9 @@ impl ClientStack {
 pub type ClientStackService<S> = Instrument<
     Retry<
         RetryPolicy,
-        RateLimit<AttemptMetrics<Buffer<Request<Body>, <S as Service<Request<Body>>>::Future>>>,
+        RateLimit<
+            Deadline<AttemptMetrics<Buffer<Request<Body>, <S as Service<Request<Body>>>::Future>>>,
+        >,
     >,
 >;
 
@@ -237,6 +254,7 @@ where
             ))
             .layer(RetryLayer::new(RetryPolicy::new(self.host.clone())))
             .layer(RateLimitLayer::new(self.bucket.clone(), self.host.clone()))
+            .layer(self.deadline.clone())
             .layer(AttemptMetricsLayer::new(self.host.clone()))
             .layer(BufferLayer::new(BUFFER_CAPACITY))
             .service(inner)

@@ -21,6 +21,8 @@ enum Reply {
     Status(u16),
     StatusRetryAfter(u16, &'static str),
     ConnectionReset,
+    /// Never answers.
+    Stall,
 }
 
 #[derive(Clone, Debug)]
@@ -78,6 +80,10 @@ impl Mock {
                 let (code, retry_after) = match reply.unwrap_or(Reply::Status(200)) {
                     Reply::Status(c) => (c, None),
                     Reply::StatusRetryAfter(c, ra) => (c, Some(ra)),
+                    Reply::Stall => {
+                        std::future::pending::<()>().await;
+                        unreachable!("pending never resolves")
+                    }
                     Reply::ConnectionReset => {
                         let e = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
                         return Err::<Response<Body>, BoxError>(Box::new(e));
@@ -111,6 +117,7 @@ fn opts(qps: f32, burst: u32) -> ClientOptions {
         qps,
         burst,
         user_agent_component: "job-controller".into(),
+        ..ClientOptions::default()
     }
 }
 
@@ -392,4 +399,68 @@ async fn build_client_from_config() {
     let client =
         build_client(config, &ClientOptions::for_component("job-controller")).expect("client");
     assert_eq!(client.default_namespace(), "default");
+}
+
+fn fenced_opts(fence: Fence, timeout: Duration) -> ClientOptions {
+    ClientOptions {
+        request_timeout: timeout,
+        fence,
+        ..opts(100.0, 100)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_passed_fence_refuses_writes_before_they_are_sent() {
+    let mock = Mock::new(&[Reply::Status(200)]);
+    let client = mock.client(&fenced_opts(Fence::closed(), REQUEST_TIMEOUT), "h");
+    let api: Api<Pod> = Api::namespaced(client, "default");
+    let err = api
+        .create(&PostParams::default(), &pod())
+        .await
+        .expect_err("fenced");
+    assert!(err.to_string().contains("leadership"), "{err}");
+    assert!(api.delete("p", &Default::default()).await.is_err());
+    assert!(mock.seen().is_empty(), "a fenced write reached the server");
+    // Reads are never fenced.
+    api.get("p").await.expect("get");
+    assert_eq!(mock.seen().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn closing_the_fence_cancels_a_write_in_flight() {
+    let mock = Mock::new(&[Reply::Stall]);
+    let fence = Fence::closed();
+    fence.extend_to(Instant::now() + Duration::from_secs(60));
+    let client = mock.client(&fenced_opts(fence.clone(), REQUEST_TIMEOUT), "h");
+    let api: Api<Pod> = Api::namespaced(client, "default");
+    let write = tokio::spawn(async move { api.create(&PostParams::default(), &pod()).await });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(mock.seen().len(), 1, "the write was sent");
+    let began = Instant::now();
+    fence.close();
+    let err = write.await.expect("join").expect_err("cancelled");
+    assert!(err.to_string().contains("leadership"), "{err}");
+    assert!(began.elapsed() < Duration::from_secs(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_ends_when_the_fence_passes_and_a_read_at_its_timeout() {
+    let mock = Mock::new(&[Reply::Stall]);
+    let fence = Fence::closed();
+    fence.extend_to(Instant::now() + Duration::from_secs(3));
+    let timeout = Duration::from_secs(7);
+    let client = mock.client(&fenced_opts(fence, timeout), "h");
+    let api: Api<Pod> = Api::namespaced(client, "default");
+    let began = Instant::now();
+    let err = api
+        .create(&PostParams::default(), &pod())
+        .await
+        .expect_err("fenced");
+    assert!(err.to_string().contains("leadership"), "{err}");
+    assert_eq!(began.elapsed(), Duration::from_secs(3));
+    let began = Instant::now();
+    let err = api.get("p").await.expect_err("timed out");
+    assert!(err.to_string().contains("timed out"), "{err}");
+    // A GET is retried on dropped connections only, not on its own timeout.
+    assert_eq!(began.elapsed(), timeout);
 }
