@@ -1,0 +1,278 @@
+//! Fenced leadership on the real API server: a leader and a standby kcm-rs
+//! on one Lease, a large Job created at a low QPS, and the leader stopped
+//! mid-creation. Each process has its own ServiceAccount, so the audit log
+//! says who wrote what; the checks:
+//!
+//! * no write of the old leader completes after the new leader's first
+//!   write (its acquisition of the Lease);
+//! * never more pods than `parallelism` (no pod is created twice);
+//! * after SIGTERM the old leader is gone within its renew deadline plus
+//!   start-up slack (the drain is bounded by the fence).
+
+#[path = "manifests/support.rs"]
+#[allow(dead_code)]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kcm_e2e::ControlPlane;
+use kcm_e2e::history::PodHistory;
+use kube::Api;
+use serde_json::{Value, json};
+use support::*;
+
+const NS: &str = "kube-system";
+const LEASE: &str = "kcm-rs-fence";
+const PARALLELISM: i32 = 120;
+const RENEW_DEADLINE: Duration = Duration::from_secs(4);
+
+/// Two identities with cluster-admin, bound once per control plane.
+async fn identities(admin: &kube::Client) {
+    let ns: Api<Namespace> = Api::all(admin.clone());
+    if ns.get_opt(NS).await.expect("get ns").is_none() {
+        create(&ns, json!({ "metadata": { "name": NS } })).await;
+    }
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), NS);
+    let crbs: Api<ClusterRoleBinding> = Api::all(admin.clone());
+    for who in ["leader-a", "leader-b"] {
+        create(&sas, json!({ "metadata": { "name": who } })).await;
+        create(
+            &crbs,
+            json!({
+                "metadata": { "name": format!("kcm-rs-{who}") },
+                "roleRef": { "apiGroup": "rbac.authorization.k8s.io",
+                             "kind": "ClusterRole", "name": "cluster-admin" },
+                "subjects": [{ "kind": "ServiceAccount", "name": who, "namespace": NS }],
+            }),
+        )
+        .await;
+    }
+}
+
+fn username(who: &str) -> String {
+    format!("system:serviceaccount:{NS}:{who}")
+}
+
+/// kcm-rs as `who`, running the Job controller under leader election with
+/// short timings and a low QPS (creation takes a while).
+async fn start(cp: &ControlPlane, admin: &kube::Client, bin: &Path, who: &str) -> Child {
+    let token = sa_token(admin, NS, who).await;
+    let kubeconfig = cp.dir().join(format!("{who}.kubeconfig"));
+    token_kubeconfig(cp.kubeconfig(), &token, &kubeconfig);
+    let log = std::fs::File::create(cp.dir().join(format!("{who}.log"))).expect("log");
+    Command::new(bin)
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args([
+            "--controllers=job-controller",
+            "--secure-port=0",
+            "--leader-elect=true",
+            &format!("--leader-elect-resource-name={LEASE}"),
+            "--leader-elect-lease-duration=6s",
+            &format!(
+                "--leader-elect-renew-deadline={}s",
+                RENEW_DEADLINE.as_secs()
+            ),
+            "--leader-elect-retry-period=1s",
+            "--kube-api-qps=4",
+            "--kube-api-burst=4",
+            "--v=2",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("spawn kcm-rs")
+}
+
+fn sigterm(child: &Child) {
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(ok.success());
+}
+
+struct Write {
+    user: String,
+    verb: String,
+    resource: String,
+    received: Timestamp,
+    completed: Timestamp,
+}
+
+fn writes(audit: &Path) -> Vec<Write> {
+    let text = std::fs::read_to_string(audit).expect("audit log");
+    let ts =
+        |v: &Value, k: &str| -> Timestamp { v[k].as_str().and_then(|s| s.parse().ok()).expect(k) };
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["stage"] == "ResponseComplete")
+        .filter(|e| {
+            let verb = e["verb"].as_str().unwrap_or("");
+            matches!(
+                verb,
+                "create" | "update" | "patch" | "delete" | "deletecollection"
+            )
+        })
+        .map(|e| Write {
+            user: e["user"]["username"].as_str().unwrap_or("").into(),
+            verb: e["verb"].as_str().unwrap_or("").into(),
+            resource: e["objectRef"]["resource"].as_str().unwrap_or("").into(),
+            received: ts(&e, "requestReceivedTimestamp"),
+            completed: ts(&e, "stageTimestamp"),
+        })
+        .collect()
+}
+
+async fn wait_holder(leases: &Api<Lease>, prefix_not: Option<&str>, timeout: Duration) -> String {
+    let began = Instant::now();
+    loop {
+        if let Some(l) = leases.get_opt(LEASE).await.expect("get lease") {
+            let h = holder(&l);
+            if !h.is_empty() && prefix_not.is_none_or(|p| h != p) {
+                return h;
+            }
+        }
+        assert!(
+            began.elapsed() < timeout,
+            "no new lease holder in {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn big_job(name: &str) -> Value {
+    json!({
+        "metadata": { "name": name },
+        "spec": {
+            "completions": PARALLELISM * 2, "parallelism": PARALLELISM,
+            "template": { "spec": { "restartPolicy": "Never",
+                "containers": [{ "name": "main", "image": "busybox" }] } },
+        },
+    })
+}
+
+fn active(pods: &[Pod]) -> usize {
+    pods.iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .count()
+}
+
+/// The scenario up to the hand-over; returns the old leader's exit delay.
+async fn hand_over(cp: &ControlPlane, bin: &PathBuf, stop: impl Fn(&Child)) -> Duration {
+    let admin = cp.client().await.expect("client");
+    identities(&admin).await;
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), NS);
+    let mut a = start(cp, &admin, bin, "leader-a").await;
+    let first = wait_holder(&leases, None, Duration::from_secs(60)).await;
+    let mut b = start(cp, &admin, bin, "leader-b").await;
+    let ns = kcm_e2e::TestNamespace::create(&admin, "fence")
+        .await
+        .expect("ns");
+    let history = PodHistory::start(&admin, &ns.name).await;
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns.name);
+    create(&jobs, big_job("big")).await;
+    // Stop the leader mid-creation.
+    let began = Instant::now();
+    while active(&pods.list(&Default::default()).await.expect("list").items) < 20 {
+        assert!(began.elapsed() < Duration::from_secs(60), "no pods created");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stopped = Instant::now();
+    stop(&a);
+    let exited = loop {
+        if a.try_wait().expect("wait").is_some() {
+            break stopped.elapsed();
+        }
+        assert!(
+            stopped.elapsed() < Duration::from_secs(60),
+            "old leader still running"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let second = wait_holder(&leases, Some(&first), Duration::from_secs(60)).await;
+    assert_ne!(first, second);
+    // The new leader finishes creation.
+    let began = Instant::now();
+    loop {
+        let n = active(&pods.list(&Default::default()).await.expect("list").items);
+        if n >= PARALLELISM as usize {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(120),
+            "only {n} pods after the hand-over"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // Time for a stray second writer to show itself.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let _ = b.kill();
+    let _ = b.wait();
+    let names: std::collections::HashSet<String> = history
+        .all()
+        .iter()
+        .filter_map(|s| s.pod().metadata.name.clone())
+        .collect();
+    assert_eq!(
+        names.len(),
+        PARALLELISM as usize,
+        "pods ever created (at most parallelism, none twice)"
+    );
+
+    let all = writes(&cp.audit_log());
+    let (a_user, b_user) = (username("leader-a"), username("leader-b"));
+    let a_last = all
+        .iter()
+        .filter(|w| w.user == a_user)
+        .max_by_key(|w| w.completed);
+    let b_first = all
+        .iter()
+        .filter(|w| w.user == b_user)
+        .min_by_key(|w| w.received);
+    let (a_last, b_first) = (
+        a_last.expect("old leader wrote"),
+        b_first.expect("new leader wrote"),
+    );
+    eprintln!(
+        "old leader's last write: {} {} completed {}; new leader's first: {} {} received {} ({} ms later); old leader exited {exited:?} after the stop",
+        a_last.verb,
+        a_last.resource,
+        a_last.completed,
+        b_first.verb,
+        b_first.resource,
+        b_first.received,
+        (b_first.received - a_last.completed)
+            .total(jiff::Unit::Millisecond)
+            .unwrap_or(f64::NAN)
+    );
+    assert_eq!(
+        b_first.resource, "leases",
+        "the new leader starts with the Lease"
+    );
+    assert!(
+        a_last.completed < b_first.received,
+        "the old leader wrote after the new one acquired"
+    );
+    exited
+}
+
+#[tokio::test]
+async fn sigterm_mid_creation_hands_over_without_two_writers() {
+    let bin = kcm_rs_binary();
+    let cp = ControlPlane::start_with_audit().expect("control plane");
+    let exited = hand_over(&cp, &bin, sigterm).await;
+    // Drain bounded by the fence (renew deadline), plus process exit.
+    assert!(
+        exited < RENEW_DEADLINE + Duration::from_secs(3),
+        "the drain took {exited:?}"
+    );
+}
