@@ -18,7 +18,9 @@ use tracing::Instrument;
 
 use crate::clock::Clock;
 use crate::events::{self as ev};
-use crate::expected::{ControllerScale, ExpectedError, Finder, expected_pod_count};
+use crate::expected::{
+    ControllerScale, ExpectedError, Finder, Scales, expected_pod_count, needs_scale,
+};
 use crate::owners::{OwnerCache, builtin_scale};
 use crate::scale::ScaleClient;
 use crate::selector::{Selector, SelectorError};
@@ -241,7 +243,13 @@ impl Controller {
             owners: &self.owners,
             scale: &self.scale,
         };
-        let expected = match expected_pod_count(&spec, &refs, &finder).await {
+        // I/O first (owner caches, scale GETs), then the arithmetic.
+        let scales = if needs_scale(&spec) {
+            Scales::fetch(&refs, &finder).await
+        } else {
+            Scales::default()
+        };
+        let expected = match expected_pod_count(&spec, &refs, &scales) {
             Ok(e) => e,
             Err(e) => {
                 self.event(

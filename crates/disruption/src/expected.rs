@@ -1,7 +1,9 @@
 //! Expected and desired pod counts of a PDB (`getExpectedPodCount`,
 //! `getExpectedScale`): integer `minAvailable` counts the selected pods;
 //! `maxUnavailable` and percentage `minAvailable` sum the scale of the
-//! pods' distinct controllers, found by [`Finder`]s.
+//! pods' distinct controllers. Lookups first ([`Scales::fetch`] through
+//! [`Finder`]s: caches and scale subresource GETs), then the arithmetic,
+//! pure over the fetched [`Scales`].
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -94,13 +96,65 @@ pub fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
         .find(|o| o.controller == Some(true))
 }
 
+/// Whether the PDB's arithmetic needs its pods' controllers' scale:
+/// `maxUnavailable`, or a percentage `minAvailable`.
+pub fn needs_scale(spec: &PodDisruptionBudgetSpec) -> bool {
+    spec.max_unavailable.is_some() || matches!(spec.min_available, Some(IntOrString::String(_)))
+}
+
+/// The scales of the pods' controllers, fetched before the arithmetic:
+/// keyed by the pod's controllerRef UID; `None` when no finder claims the
+/// owner. Fetching stops at the first owner that fails or that nobody
+/// claims, in pod order, as upstream's loop returns there.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scales {
+    found: HashMap<String, Option<ControllerScale>>,
+    failed: Option<(String, ExpectedError)>,
+}
+
+impl Scales {
+    /// Looks up each distinct controller of `pods` (the I/O half).
+    pub async fn fetch<F: Finder>(pods: &[&Pod], finder: &F) -> Scales {
+        let mut out = Scales::default();
+        for pod in pods {
+            let Some(owner) = controller_of(pod) else {
+                continue;
+            };
+            if out.found.contains_key(&owner.uid) {
+                continue;
+            }
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+            match finder.find(owner, ns).await {
+                Ok(found) => {
+                    let stop = found.is_none();
+                    out.found.insert(owner.uid.clone(), found);
+                    if stop {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    out.failed = Some((owner.uid.clone(), e));
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    /// Scales given directly (tests, tools).
+    pub fn from_found(found: impl IntoIterator<Item = (String, Option<ControllerScale>)>) -> Self {
+        Scales {
+            found: found.into_iter().collect(),
+            failed: None,
+        }
+    }
+}
+
 /// Sum of the distinct controllers' scale over `pods`, plus the names of
-/// pods without a controller. The first finder error aborts.
-pub async fn expected_scale<F: Finder>(
-    pods: &[&Pod],
-    finder: &F,
-) -> Result<(i32, Vec<String>), ExpectedError> {
-    let mut scales: HashMap<String, i32> = HashMap::new();
+/// pods without a controller; the first owner that failed or that nobody
+/// claims aborts (pure: the lookups were done by [`Scales::fetch`]).
+pub fn expected_scale(pods: &[&Pod], scales: &Scales) -> Result<(i32, Vec<String>), ExpectedError> {
+    let mut sums: HashMap<&str, i32> = HashMap::new();
     let mut unmanaged = Vec::new();
     for pod in pods {
         let name = pod.metadata.name.clone().unwrap_or_default();
@@ -108,32 +162,34 @@ pub async fn expected_scale<F: Finder>(
             unmanaged.push(name);
             continue;
         };
-        if scales.contains_key(&owner.uid) {
-            continue;
+        if let Some((uid, e)) = &scales.failed
+            && *uid == owner.uid
+        {
+            return Err(e.clone());
         }
-        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
-        match finder.find(owner, ns).await? {
+        match scales.found.get(&owner.uid) {
             // Keyed by the UID the finder reports: a Deployment's, for pods
-            // of its ReplicaSets (upstream keeps this quirk: a later pod of
-            // the same ReplicaSet looks it up again, same result).
-            Some(s) => {
-                scales.insert(s.uid, s.replicas);
+            // of its ReplicaSets, so sibling ReplicaSets count it once.
+            Some(Some(s)) => {
+                sums.insert(&s.uid, s.replicas);
             }
-            None => return Err(ExpectedError::NoController(name)),
+            // Not claimed, or never looked up because fetching stopped at
+            // an earlier failure (which returned above).
+            Some(None) | None => return Err(ExpectedError::NoController(name)),
         }
     }
-    let total = scales.values().fold(0i32, |a, b| a.wrapping_add(*b));
+    let total = sums.values().fold(0i32, |a, b| a.wrapping_add(*b));
     Ok((total, unmanaged))
 }
 
-/// `getExpectedPodCount`.
-pub async fn expected_pod_count<F: Finder>(
+/// `getExpectedPodCount`, over scales fetched beforehand (see [`needs_scale`]).
+pub fn expected_pod_count(
     spec: &PodDisruptionBudgetSpec,
     pods: &[&Pod],
-    finder: &F,
+    scales: &Scales,
 ) -> Result<Expected, ExpectedError> {
     if let Some(max_unavailable) = &spec.max_unavailable {
-        let (expected_count, unmanaged) = expected_scale(pods, finder).await?;
+        let (expected_count, unmanaged) = expected_scale(pods, scales)?;
         let max = scaled_value(max_unavailable, expected_count)?;
         return Ok(Expected {
             expected_count,
@@ -148,7 +204,7 @@ pub async fn expected_pod_count<F: Finder>(
             unmanaged: Vec::new(),
         }),
         Some(min @ IntOrString::String(_)) => {
-            let (expected_count, unmanaged) = expected_scale(pods, finder).await?;
+            let (expected_count, unmanaged) = expected_scale(pods, scales)?;
             Ok(Expected {
                 expected_count,
                 desired_healthy: scaled_value(min, expected_count)?,

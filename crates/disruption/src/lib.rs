@@ -8,9 +8,18 @@
 //! resets `DisruptionTarget=True` conditions left on pods that were never
 //! deleted.
 //!
-//! Layout: [`selector`], [`expected`], [`owners`], [`status`] and [`stale`]
-//! are pure; [`scale`] reads scale subresources; [`controller`] is the thin
-//! executor with the three upstream queues.
+//! Layout: [`selector`], [`owners`], [`status`] and [`stale`] are pure.
+//! [`expected`] is fetch-then-compute: [`expected::Scales::fetch`] looks up
+//! every controller a PDB's pods need (owner caches, then [`scale`]'s
+//! scale-subresource GETs) before [`expected::expected_pod_count`] does the
+//! arithmetic purely. [`controller`] is the executor with the three
+//! upstream queues; [`events`] the reasons and messages; [`clock`] the
+//! injected time.
+//!
+//! Data flow of one PDB sync: pods from the informer (selector) → scales
+//! fetched → expected/desired counts → status computed ([`status`]) →
+//! one status write when it changed; DisruptionTarget resets go through the
+//! stale queue ([`stale`] decides, the controller patches).
 
 pub mod clock;
 pub mod controller;

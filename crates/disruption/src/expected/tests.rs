@@ -78,7 +78,12 @@ async fn count(
     f: &Fake,
 ) -> Result<Expected, ExpectedError> {
     let refs: Vec<&Pod> = pods.iter().collect();
-    expected_pod_count(&s, &refs, f).await
+    let scales = if needs_scale(&s) {
+        Scales::fetch(&refs, f).await
+    } else {
+        Scales::default()
+    };
+    expected_pod_count(&s, &refs, &scales)
 }
 
 fn rs_pods(n: usize, uid: &str) -> Vec<Pod> {
