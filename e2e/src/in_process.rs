@@ -1,6 +1,9 @@
 //! Runs kcm-rs controllers inside a test process against a control plane,
-//! wired exactly as the kcm-rs binary wires them (shared informers, one
-//! rate-limited client per controller), with settings a test may shorten.
+//! through the same registry entries (`ControllerSpec::init`) and
+//! `ControllerContext` as the binary (shared informers, one rate-limited
+//! client per controller), with settings a test may shorten. Unlike the
+//! binary it builds its own informer client and has no leader election,
+//! serving or flags; tests of those run the real binary.
 //! [`start`] runs them on the caller's runtime; [`start_detached`] on a
 //! runtime of their own, for controllers shared by every test of a binary.
 

@@ -2,7 +2,13 @@
 //! pod and Job condition lookup and upsert with upstream's transition-time
 //! rules, the `DisruptionTarget` reasons and messages, pod predicates, and
 //! the body of the status patch that appends a condition (with the pod UID
-//! as a precondition). There is no second copy of these anywhere.
+//! as a precondition). Controllers call these rather than keep copies of
+//! their own.
+//!
+//! Layout: [`pod`] (lookup, upsert, predicates), [`job`] (Job conditions),
+//! [`disruption`] (the `DisruptionTarget` condition, reasons, messages),
+//! [`pdb`] (PDB conditions), [`patch`] (the status patch that carries a
+//! new condition).
 
 pub mod disruption;
 pub mod job;

@@ -15,8 +15,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 
-use super::EventType;
-use super::correlate::{MAX_CACHE_ENTRIES, drop_oldest_if_full, within};
+use super::cache::{EventType, MAX_CACHE_ENTRIES, drop_oldest_if_full, within};
 
 /// Distinct messages within one group before events are combined. Matches
 /// client-go's `defaultAggregateMaxEvents` (10): the 10th distinct message

@@ -12,15 +12,13 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-use super::EventType;
 use super::aggregate::{Aggregator, SimilarKey, combined_message};
+use super::cache::{EventType, MAX_CACHE_ENTRIES, within};
 use super::spam::{SpamFilter, SpamKey};
 
 /// Identical events closer together than this are folded into one object
 /// (client-go aggregates within `defaultAggregateIntervalInSeconds`, 600 s).
 pub const CORRELATION_WINDOW: Duration = Duration::from_secs(600);
-/// Events remembered for correlation (client-go's `maxLruCacheEntries`).
-pub const MAX_CACHE_ENTRIES: usize = 4096;
 /// Longest object name the API server accepts (a DNS subdomain).
 const MAX_NAME_LEN: usize = 253;
 /// `.` plus 16 hex digits.
@@ -251,30 +249,6 @@ impl Correlator {
     /// Whether nothing is remembered.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
-    }
-}
-
-/// Whether `at` is no more than `window` after `last` (a clock stepping
-/// backwards counts as within).
-pub(super) fn within(last: Timestamp, at: Timestamp, window: Duration) -> bool {
-    let elapsed = at.as_nanosecond().saturating_sub(last.as_nanosecond());
-    elapsed <= i128::try_from(window.as_nanos()).unwrap_or(i128::MAX)
-}
-
-/// When `map` holds `capacity` entries or more, drops the one whose `at`
-/// is oldest (the bounded caches of the aggregator and the spam filter).
-pub(super) fn drop_oldest_if_full<K: Clone + Eq + std::hash::Hash, V>(
-    map: &mut std::collections::HashMap<K, V>,
-    capacity: usize,
-    at: impl Fn(&V) -> Timestamp,
-) {
-    if map.len() >= capacity
-        && let Some(oldest) = map
-            .iter()
-            .min_by_key(|(_, v)| at(v))
-            .map(|(k, _)| k.clone())
-    {
-        map.remove(&oldest);
     }
 }
 

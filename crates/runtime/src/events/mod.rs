@@ -25,6 +25,7 @@
 //!   the queue is full, as client-go's broadcaster drops when overloaded.
 
 pub mod aggregate;
+mod cache;
 mod correlate;
 pub mod spam;
 
@@ -40,9 +41,10 @@ use prometheus::{IntCounterVec, Opts};
 use tokio::sync::{mpsc, oneshot};
 
 pub use self::aggregate::{AGGREGATE_MAX_EVENTS, AGGREGATE_WINDOW, COMBINED_PREFIX};
+pub use self::cache::{EventType, MAX_CACHE_ENTRIES};
 pub use self::correlate::{
     CORRELATION_WINDOW, CacheEntry, Correlator, Decision, EventCorrelator, EventData, EventKey,
-    MAX_CACHE_ENTRIES, Planned, build_event, count_patch, event_name, event_namespace, unix_nanos,
+    Planned, build_event, count_patch, event_name, event_namespace, unix_nanos,
 };
 pub use self::spam::{SPAM_BURST, SPAM_REFILL_PERIOD};
 
@@ -55,25 +57,6 @@ pub const QUEUE_CAPACITY: usize = 1000;
 const WRITE_ATTEMPTS: u32 = 3;
 /// Pause between write attempts.
 const WRITE_RETRY_DELAY: Duration = Duration::from_secs(1);
-
-/// The `type` of an event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum EventType {
-    /// Routine progress (`SuccessfulCreate`, `Completed`, …).
-    Normal,
-    /// Something the user should look at (`BackoffLimitExceeded`, …).
-    Warning,
-}
-
-impl EventType {
-    /// `Normal` or `Warning`, as written to the API.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        }
-    }
-}
 
 enum Msg {
     Event(Box<Pending>),

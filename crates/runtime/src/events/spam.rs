@@ -10,8 +10,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 
-use super::EventType;
-use super::correlate::{MAX_CACHE_ENTRIES, drop_oldest_if_full};
+use super::cache::{EventType, MAX_CACHE_ENTRIES, drop_oldest_if_full};
 
 /// Bucket size: events written about one object before throttling starts.
 /// Matches client-go's `defaultSpamBurst` (25).
