@@ -16,8 +16,12 @@
 //! assert_eq!(gates.to_string(), "JobPodFailurePolicy=false,PodDisruptionConditions=true");
 //! ```
 
+pub mod version;
+
 use std::fmt;
 use std::str::FromStr;
+
+pub use version::{KubeVersion, VersionError};
 
 /// A feature gate kcm-rs knows about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
