@@ -1,250 +1,68 @@
-//! Feature gates of kcm-rs, set with kube-controller-manager's
-//! `--feature-gates` syntax.
+//! Feature gates of kcm-rs, as kube-controller-manager of the cluster's
+//! minor (1.34 to 1.37) takes them with `--feature-gates`.
 //!
-//! Only the gates kcm-rs actually implements are known:
-//! [`Feature::JobPodFailurePolicy`] and [`Feature::PodDisruptionConditions`],
-//! both enabled by default (they are GA upstream). Parsing is strict like
-//! component-base's `featureGate.Set`: a name kcm-rs does not know is an
-//! error (`unrecognized feature gate: X`), never silently ignored.
+//! Layout: [`version`] (the minor kcm-rs behaves as), [`table`] (every gate
+//! each minor's KCM registers, from `gates/*.txt`), [`feature`] (the gates
+//! kcm-rs's controllers read, and which values kcm-rs implements),
+//! [`gates`] (parsing and upstream's checks).
+//!
+//! Every gate name the minor's KCM accepts is accepted; the ones no kcm-rs
+//! controller reads are ignored ([`FeatureGates::ignored`]). Locked gates,
+//! unknown (and removed) names and, from 1.35, unmet dependencies are
+//! refused with component-base's messages. kcm-rs adds its own two gates,
+//! `JobPodFailurePolicy` and `PodDisruptionConditions` (on by default), and
+//! refuses a value of a gate it reads that it does not implement.
 //!
 //! ```
-//! use kcm_features::{Feature, FeatureGates};
+//! use kcm_features::{Feature, FeatureGates, KubeVersion};
 //!
-//! let gates = FeatureGates::parse("JobPodFailurePolicy=false").unwrap();
+//! let v = KubeVersion::new(36).unwrap();
+//! let gates = FeatureGates::parse_for(v, "JobPodFailurePolicy=false,StaleControllerConsistencyJob=false").unwrap();
 //! assert!(!gates.enabled(Feature::JobPodFailurePolicy));
-//! assert!(gates.enabled(Feature::PodDisruptionConditions));
-//! assert_eq!(gates.to_string(), "JobPodFailurePolicy=false,PodDisruptionConditions=true");
+//! assert!(gates.enabled(Feature::MutableSchedulingDirectivesForSuspendedJobs));
+//! assert!(FeatureGates::parse_for(v, "JobManagedBy=false").is_err()); // locked in 1.36
 //! ```
 
+pub mod feature;
+pub mod gates;
+pub mod table;
 pub mod version;
 
-use std::fmt;
-use std::str::FromStr;
-
+pub use feature::{Feature, Support};
+pub use gates::{FeatureGateError, FeatureGates};
 pub use version::{KubeVersion, VersionError};
-
-/// A feature gate kcm-rs knows about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Feature {
-    /// Job `spec.podFailurePolicy` (KEP-3329): failed pods are matched
-    /// against the policy's rules (FailJob, FailIndex, Ignore, Count).
-    JobPodFailurePolicy,
-    /// The `DisruptionTarget` pod condition (KEP-3329) added before a pod is
-    /// deleted by taint eviction, pod GC or preemption, and the disruption
-    /// controller's clean-up of stale `DisruptionTarget` conditions.
-    PodDisruptionConditions,
-}
-
-impl Feature {
-    /// Every known gate, in the order [`FeatureGates`] displays them
-    /// (alphabetical, as component-base lists gates).
-    pub const ALL: [Feature; 2] = [
-        Feature::JobPodFailurePolicy,
-        Feature::PodDisruptionConditions,
-    ];
-
-    /// The gate's name as written on the command line.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Feature::JobPodFailurePolicy => "JobPodFailurePolicy",
-            Feature::PodDisruptionConditions => "PodDisruptionConditions",
-        }
-    }
-
-    /// Whether the gate is on when not set. Both gates are GA upstream
-    /// (Kubernetes 1.31) and default to true there.
-    pub const fn default_enabled(self) -> bool {
-        match self {
-            Feature::JobPodFailurePolicy | Feature::PodDisruptionConditions => true,
-        }
-    }
-
-    /// Looks a gate up by its exact (case-sensitive) name, as component-base does.
-    pub fn from_name(name: &str) -> Option<Feature> {
-        Feature::ALL.into_iter().find(|f| f.name() == name)
-    }
-
-    const fn index(self) -> usize {
-        match self {
-            Feature::JobPodFailurePolicy => 0,
-            Feature::PodDisruptionConditions => 1,
-        }
-    }
-}
-
-impl fmt::Display for Feature {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Why a `--feature-gates` value was rejected.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FeatureGateError {
-    /// The name is not a gate kcm-rs implements.
-    #[error("unrecognized feature gate: {name} (known feature gates: {known})")]
-    Unrecognized {
-        /// The name as given (trimmed).
-        name: String,
-        /// The known gates, comma-separated.
-        known: String,
-    },
-    /// A `Name` token without `=value`.
-    #[error("missing bool value for {name}")]
-    MissingValue {
-        /// The name as given (trimmed).
-        name: String,
-    },
-    /// A `=value` token without a name.
-    #[error("missing feature gate name in {token:?}")]
-    MissingName {
-        /// The whole token as given.
-        token: String,
-    },
-    /// The value is not a Go `strconv.ParseBool` boolean.
-    #[error(
-        "invalid value of {name}={value}, err: strconv.ParseBool: parsing {value:?}: invalid syntax \
-         (expected one of 1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False)"
-    )]
-    InvalidValue {
-        /// The gate name (trimmed).
-        name: String,
-        /// The value as given (trimmed).
-        value: String,
-    },
-}
-
-/// The state of every known gate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FeatureGates {
-    enabled: [bool; Feature::ALL.len()],
-}
-
-impl Default for FeatureGates {
-    /// Every gate at its default ([`Feature::default_enabled`]).
-    fn default() -> Self {
-        let mut enabled = [false; Feature::ALL.len()];
-        for f in Feature::ALL {
-            enabled[f.index()] = f.default_enabled();
-        }
-        FeatureGates { enabled }
-    }
-}
-
-impl FeatureGates {
-    /// Parses a `--feature-gates` value (`A=true,B=false`) on top of the
-    /// defaults. Empty tokens are skipped and whitespace around names and
-    /// values is ignored; a gate set twice takes the last value. The whole
-    /// value is rejected on the first bad token.
-    pub fn parse(value: &str) -> Result<FeatureGates, FeatureGateError> {
-        let mut gates = FeatureGates::default();
-        gates.apply(value)?;
-        Ok(gates)
-    }
-
-    /// Applies a `--feature-gates` value on top of the current state. On
-    /// error `self` is left unchanged.
-    pub fn apply(&mut self, value: &str) -> Result<(), FeatureGateError> {
-        let mut next = *self;
-        for token in value.split(',') {
-            if token.trim().is_empty() {
-                continue;
-            }
-            let Some((name, raw)) = token.split_once('=') else {
-                return Err(FeatureGateError::MissingValue {
-                    name: token.trim().to_owned(),
-                });
-            };
-            let name = name.trim();
-            if name.is_empty() {
-                return Err(FeatureGateError::MissingName {
-                    token: token.to_owned(),
-                });
-            }
-            let Some(feature) = Feature::from_name(name) else {
-                return Err(FeatureGateError::Unrecognized {
-                    name: name.to_owned(),
-                    known: known_names(),
-                });
-            };
-            let raw = raw.trim();
-            let Some(on) = parse_go_bool(raw) else {
-                return Err(FeatureGateError::InvalidValue {
-                    name: name.to_owned(),
-                    value: raw.to_owned(),
-                });
-            };
-            next.set(feature, on);
-        }
-        *self = next;
-        Ok(())
-    }
-
-    /// Whether `feature` is on.
-    pub fn enabled(&self, feature: Feature) -> bool {
-        self.enabled[feature.index()]
-    }
-
-    /// Turns `feature` on or off (for tests and programmatic set-up).
-    pub fn set(&mut self, feature: Feature, enabled: bool) {
-        self.enabled[feature.index()] = enabled;
-    }
-
-    /// Builder form of [`FeatureGates::set`].
-    #[must_use]
-    pub fn with(mut self, feature: Feature, enabled: bool) -> Self {
-        self.set(feature, enabled);
-        self
-    }
-}
-
-impl FromStr for FeatureGates {
-    type Err = FeatureGateError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        FeatureGates::parse(s)
-    }
-}
-
-impl fmt::Display for FeatureGates {
-    /// Every gate as `Name=bool`, comma-separated, in [`Feature::ALL`] order.
-    /// The output parses back to the same gates.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, feature) in Feature::ALL.into_iter().enumerate() {
-            if i > 0 {
-                f.write_str(",")?;
-            }
-            write!(f, "{}={}", feature.name(), self.enabled(feature))?;
-        }
-        Ok(())
-    }
-}
-
-/// Go's `strconv.ParseBool`: exactly these twelve spellings, nothing else
-/// (no "yes", no "on", no mixed case like "tRUE").
-fn parse_go_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
-}
-
-fn known_names() -> String {
-    Feature::ALL.map(Feature::name).join(", ")
-}
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
+    fn v(minor: u32) -> KubeVersion {
+        KubeVersion::new(minor).unwrap()
+    }
+
+    fn err(minor: u32, value: &str) -> String {
+        FeatureGates::parse_for(v(minor), value)
+            .unwrap_err()
+            .to_string()
+    }
+
     #[test]
-    fn defaults_are_all_on() {
+    fn defaults_follow_the_minor() {
         let g = FeatureGates::default();
         assert!(g.enabled(Feature::JobPodFailurePolicy));
         assert!(g.enabled(Feature::PodDisruptionConditions));
+        assert!(!g.enabled(Feature::MutableSchedulingDirectivesForSuspendedJobs));
         assert_eq!(FeatureGates::parse("").unwrap(), g);
+        let at = |m| FeatureGates::defaults(v(m));
+        assert!(!at(35).enabled(Feature::MutableSchedulingDirectivesForSuspendedJobs));
+        assert!(at(36).enabled(Feature::MutableSchedulingDirectivesForSuspendedJobs));
+        assert!(!at(35).enabled(Feature::StaleControllerConsistencyJob));
+        assert!(at(36).enabled(Feature::StaleControllerConsistencyJob));
+        // Removed after GA: always on.
+        assert!(at(37).enabled(Feature::JobBackoffLimitPerIndex));
+        assert!(at(37).enabled(Feature::SidecarContainers));
+        assert!(!at(37).enabled(Feature::WorkloadWithJob));
     }
 
     #[test]
@@ -252,20 +70,34 @@ mod tests {
         let g = FeatureGates::parse("JobPodFailurePolicy=false").unwrap();
         assert!(!g.enabled(Feature::JobPodFailurePolicy));
         assert!(g.enabled(Feature::PodDisruptionConditions));
-
-        let g =
-            FeatureGates::parse("JobPodFailurePolicy=false,PodDisruptionConditions=false").unwrap();
+        let g = FeatureGates::parse_for(
+            v(34),
+            "JobPodFailurePolicy=false,PodDisruptionConditions=false",
+        )
+        .unwrap();
         assert!(!g.enabled(Feature::JobPodFailurePolicy));
         assert!(!g.enabled(Feature::PodDisruptionConditions));
     }
 
     #[test]
-    fn tolerates_whitespace_and_empty_tokens() {
-        let g =
-            FeatureGates::parse("  JobPodFailurePolicy = false , ,PodDisruptionConditions=\tF ,")
-                .unwrap();
+    fn tolerates_whitespace_empty_items_and_the_kube_prefix() {
+        let g = FeatureGates::parse_for(
+            v(34),
+            "  JobPodFailurePolicy = false , ,PodDisruptionConditions=\tF ,",
+        )
+        .unwrap();
         assert!(!g.enabled(Feature::JobPodFailurePolicy));
         assert!(!g.enabled(Feature::PodDisruptionConditions));
+        let g = FeatureGates::parse_for(v(36), "kube:StaleControllerConsistencyJob=false").unwrap();
+        assert!(!g.enabled(Feature::StaleControllerConsistencyJob));
+        assert_eq!(
+            err(36, "kube:AtomicFIFO=true,JobManagedBy=true"),
+            "set kube feature gates with default empty prefix or kube: prefix consistently, do not mix use"
+        );
+        assert_eq!(
+            err(36, "wardle:Foo=true"),
+            "component not registered: wardle"
+        );
     }
 
     #[test]
@@ -275,64 +107,104 @@ mod tests {
     }
 
     #[test]
-    fn accepts_every_go_bool_spelling() {
-        for v in ["1", "t", "T", "TRUE", "true", "True"] {
+    fn accepts_every_go_bool_spelling_and_no_other() {
+        for s in ["1", "t", "T", "TRUE", "true", "True"] {
             let g = FeatureGates::parse(&format!(
-                "PodDisruptionConditions=false,PodDisruptionConditions={v}"
+                "PodDisruptionConditions=false,PodDisruptionConditions={s}"
             ));
-            assert!(g.unwrap().enabled(Feature::PodDisruptionConditions), "{v}");
+            assert!(g.unwrap().enabled(Feature::PodDisruptionConditions), "{s}");
         }
-        for v in ["0", "f", "F", "FALSE", "false", "False"] {
-            let g = FeatureGates::parse(&format!("PodDisruptionConditions={v}"));
-            assert!(!g.unwrap().enabled(Feature::PodDisruptionConditions), "{v}");
+        for s in ["0", "f", "F", "FALSE", "false", "False"] {
+            let g = FeatureGates::parse(&format!("PodDisruptionConditions={s}"));
+            assert!(!g.unwrap().enabled(Feature::PodDisruptionConditions), "{s}");
         }
-    }
-
-    #[test]
-    fn rejects_other_bool_spellings() {
-        for v in ["yes", "on", "tRUE", "2", "", "truee", "-1"] {
-            let err = FeatureGates::parse(&format!("JobPodFailurePolicy={v}")).unwrap_err();
+        for s in ["yes", "on", "tRUE", "2", "", "truee", "-1"] {
+            let e = FeatureGates::parse(&format!("JobPodFailurePolicy={s}")).unwrap_err();
             assert_eq!(
-                err,
+                e,
                 FeatureGateError::InvalidValue {
                     name: "JobPodFailurePolicy".into(),
-                    value: v.into()
-                },
-                "{v}"
+                    value: s.into()
+                }
             );
-            assert!(err.to_string().contains("JobPodFailurePolicy="), "{err}");
         }
     }
 
     #[test]
-    fn unknown_gate_is_an_error_naming_it_and_the_known_ones() {
-        let err = FeatureGates::parse("JobPodFailurePolicy=true,JobBackoffLimitPerIndex=true")
-            .unwrap_err();
-        let msg = err.to_string();
-        assert!(
-            msg.starts_with("unrecognized feature gate: JobBackoffLimitPerIndex"),
-            "{msg}"
+    fn every_gate_of_the_minor_is_accepted_and_unknown_or_removed_ones_are_not() {
+        // Gates no kcm-rs controller reads: accepted, ignored.
+        let g = FeatureGates::parse_for(v(34), "PodIndexLabel=true,APIResponseCompression=false");
+        assert_eq!(
+            g.unwrap().ignored(),
+            ["APIResponseCompression", "PodIndexLabel"]
         );
-        assert!(msg.contains("JobPodFailurePolicy"), "{msg}");
-        assert!(msg.contains("PodDisruptionConditions"), "{msg}");
+        // Removed in 1.35: unrecognized, as upstream.
+        assert_eq!(
+            err(35, "PodIndexLabel=true"),
+            "unrecognized feature gate: PodIndexLabel"
+        );
+        assert_eq!(
+            err(37, "JobSuccessPolicy=true"),
+            "unrecognized feature gate: JobSuccessPolicy"
+        );
+        assert_eq!(
+            err(34, "NoSuchGate=true"),
+            "unrecognized feature gate: NoSuchGate"
+        );
+        assert_eq!(
+            err(34, "jobmanagedby=true"),
+            "unrecognized feature gate: jobmanagedby"
+        );
     }
 
     #[test]
-    fn names_are_case_sensitive() {
-        let err = FeatureGates::parse("jobpodfailurepolicy=true").unwrap_err();
-        assert!(
-            matches!(err, FeatureGateError::Unrecognized { ref name, .. } if name == "jobpodfailurepolicy")
+    fn locked_gates_take_only_their_value() {
+        assert!(FeatureGates::parse_for(v(35), "JobManagedBy=true").is_ok());
+        assert_eq!(
+            err(35, "JobManagedBy=false"),
+            "cannot set feature gate JobManagedBy to false, feature is locked to true"
         );
+        assert_eq!(
+            err(34, "SidecarContainers=false,PodIndexLabel=false"),
+            "[cannot set feature gate PodIndexLabel to false, feature is locked to true, \
+             cannot set feature gate SidecarContainers to false, feature is locked to true]"
+        );
+    }
+
+    #[test]
+    fn dependencies_hold_from_1_35() {
+        assert_eq!(
+            err(36, "AtomicFIFO=false"),
+            "[StaleControllerConsistencyDaemonSet is enabled, but depends on features that are disabled: [AtomicFIFO], \
+             StaleControllerConsistencyJob is enabled, but depends on features that are disabled: [AtomicFIFO], \
+             StaleControllerConsistencyReplicaSet is enabled, but depends on features that are disabled: [AtomicFIFO], \
+             StaleControllerConsistencyStatefulSet is enabled, but depends on features that are disabled: [AtomicFIFO]]"
+        );
+        let off = "AtomicFIFO=false,StaleControllerConsistencyDaemonSet=false,StaleControllerConsistencyJob=false,\
+                   StaleControllerConsistencyReplicaSet=false,StaleControllerConsistencyStatefulSet=false";
+        let g = FeatureGates::parse_for(v(36), off).unwrap();
+        assert!(!g.enabled(Feature::StaleControllerConsistencyJob));
+    }
+
+    #[test]
+    fn values_kcm_rs_does_not_implement_are_refused() {
+        let e = err(34, "JobManagedBy=false");
+        assert_eq!(
+            e,
+            "kcm-rs implements JobManagedBy only as true (kube-controller-manager 1.34 accepts JobManagedBy=false)"
+        );
+        assert!(err(35, "TaintTolerationComparisonOperators=true").contains("only as false"));
+        // Through AllAlpha: kept at the default, not refused.
+        let g = FeatureGates::parse_for(v(35), "AllAlpha=true").unwrap();
+        assert!(!g.enabled(Feature::TaintTolerationComparisonOperators));
+        assert!(g.enabled(Feature::MutableSchedulingDirectivesForSuspendedJobs));
+        let g = FeatureGates::parse_for(v(36), "AllBeta=false").unwrap();
+        assert!(!g.enabled(Feature::StaleControllerConsistencyJob));
+        assert!(g.enabled(Feature::JobPodFailurePolicy));
     }
 
     #[test]
     fn malformed_pairs_are_clear_errors() {
-        assert_eq!(
-            FeatureGates::parse("JobPodFailurePolicy").unwrap_err(),
-            FeatureGateError::MissingValue {
-                name: "JobPodFailurePolicy".into()
-            }
-        );
         assert_eq!(
             FeatureGates::parse("JobPodFailurePolicy")
                 .unwrap_err()
@@ -343,7 +215,6 @@ mod tests {
             FeatureGates::parse(" =true").unwrap_err(),
             FeatureGateError::MissingName { .. }
         ));
-        // The value keeps everything after the first '=', so "a=b=c" is a bad bool.
         assert!(matches!(
             FeatureGates::parse("JobPodFailurePolicy=true=false").unwrap_err(),
             FeatureGateError::InvalidValue { .. }
@@ -353,24 +224,35 @@ mod tests {
     #[test]
     fn apply_is_all_or_nothing() {
         let mut g = FeatureGates::default();
-        assert!(g.apply("JobPodFailurePolicy=false,Nope=true").is_err());
+        assert!(g.apply("JobPodFailurePolicy=false,Nope=maybe").is_err());
         assert_eq!(g, FeatureGates::default());
         g.apply("JobPodFailurePolicy=false").unwrap();
         assert!(!g.enabled(Feature::JobPodFailurePolicy));
     }
 
     #[test]
-    fn display_lists_all_gates_and_round_trips() {
-        assert_eq!(
-            FeatureGates::default().to_string(),
-            "JobPodFailurePolicy=true,PodDisruptionConditions=true"
+    fn display_lists_the_read_gates_of_the_minor_and_round_trips() {
+        let g = FeatureGates::defaults(v(37)).with(Feature::PodDisruptionConditions, false);
+        let shown = g.to_string();
+        assert!(shown.contains("PodDisruptionConditions=false"), "{shown}");
+        assert!(
+            shown.contains("StaleControllerConsistencyJob=true"),
+            "{shown}"
         );
-        let g = FeatureGates::default().with(Feature::PodDisruptionConditions, false);
-        assert_eq!(
-            g.to_string(),
-            "JobPodFailurePolicy=true,PodDisruptionConditions=false"
+        assert!(
+            !shown.contains("SidecarContainers"),
+            "removed in 1.37: {shown}"
         );
-        assert_eq!(g.to_string().parse::<FeatureGates>().unwrap(), g);
+        let back = FeatureGates::parse_for(v(37), &shown).unwrap();
+        for f in Feature::ALL {
+            assert_eq!(back.enabled(f), g.enabled(f), "{f}");
+        }
+        let old = FeatureGates::defaults(v(34)).to_string();
+        assert!(
+            old.contains("SidecarContainers=true") && !old.contains("Stale"),
+            "{old}"
+        );
+        assert!(FeatureGates::parse_for(v(34), &old).is_ok());
     }
 
     #[test]
@@ -380,5 +262,8 @@ mod tests {
             assert_eq!(f.to_string(), f.name());
         }
         assert_eq!(Feature::from_name("Bogus"), None);
+        let mut sorted = Feature::ALL.map(Feature::name);
+        sorted.sort_unstable();
+        assert_eq!(sorted, Feature::ALL.map(Feature::name));
     }
 }

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use kcm_features::{Feature, FeatureGates};
+use kcm_features::{Feature, FeatureGates, KubeVersion};
 use kcm_job::explain::{self, Request, WhatIf};
 
 #[derive(Debug, Parser)]
@@ -167,8 +167,19 @@ async fn run(command: Command) -> Result<ExitCode, ToolError> {
             color,
             cluster,
         } => {
-            let gates = FeatureGates::parse(&feature_gates)
-                .map_err(|e| ToolError(format!("--feature-gates: {e}")))?;
+            // Not tied to a cluster: a value any supported minor accepts.
+            let parsed = KubeVersion::ALL
+                .iter()
+                .rev()
+                .map(|v| FeatureGates::parse_for(*v, &feature_gates))
+                .collect::<Vec<_>>();
+            let gates = match parsed.iter().find_map(|r| r.as_ref().ok()) {
+                Some(g) => g.clone(),
+                None => match parsed.into_iter().next() {
+                    Some(Err(e)) => return Err(ToolError(format!("--feature-gates: {e}"))),
+                    _ => FeatureGates::default(),
+                },
+            };
             let snapshot = match file {
                 Some(f) => input::from_files(&f, pods.as_deref(), events.as_deref())?,
                 None => {

@@ -1,0 +1,137 @@
+//! The gates kcm-rs's controllers read: its own two, and the upstream gates
+//! the four KCM controllers read in some supported minor.
+
+use std::fmt;
+
+use crate::KubeVersion;
+use crate::table::Table;
+
+/// A feature gate kcm-rs reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Feature {
+    /// kcm-rs's own: Job `spec.podFailurePolicy` (KEP-3329) is applied.
+    /// (Upstream's gate went GA in 1.31 and is gone from 1.34's KCM.)
+    JobPodFailurePolicy,
+    /// kcm-rs's own: the `DisruptionTarget` condition before deletes, and
+    /// the disruption controller's stale-condition reset.
+    PodDisruptionConditions,
+    /// Jobs with `spec.managedBy` set to another controller are skipped.
+    JobManagedBy,
+    JobBackoffLimitPerIndex,
+    JobPodReplacementPolicy,
+    JobSuccessPolicy,
+    SidecarContainers,
+    /// `observedGeneration` on the conditions pod GC and taint eviction add.
+    PodObservedGenerationTracking,
+    /// 1.35+: suspending a Job clears `status.startTime`.
+    MutableSchedulingDirectivesForSuspendedJobs,
+    /// 1.36+: the Job sync is skipped until the informers saw the
+    /// controller's own last writes.
+    StaleControllerConsistencyJob,
+    /// 1.35+ (alpha): `Lt`/`Gt` toleration operators.
+    TaintTolerationComparisonOperators,
+    /// 1.36+ (alpha): Jobs create scheduling Workloads and PodGroups.
+    WorkloadWithJob,
+}
+
+/// What kcm-rs does with a gate's non-default value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Support {
+    /// Both values are implemented.
+    Both,
+    /// Only the default of each minor; the other value is refused (a
+    /// listed deviation) rather than silently ignored.
+    DefaultOnly,
+}
+
+impl Feature {
+    /// Every gate kcm-rs reads, in name order.
+    pub const ALL: [Feature; 12] = [
+        Feature::JobBackoffLimitPerIndex,
+        Feature::JobManagedBy,
+        Feature::JobPodFailurePolicy,
+        Feature::JobPodReplacementPolicy,
+        Feature::JobSuccessPolicy,
+        Feature::MutableSchedulingDirectivesForSuspendedJobs,
+        Feature::PodDisruptionConditions,
+        Feature::PodObservedGenerationTracking,
+        Feature::SidecarContainers,
+        Feature::StaleControllerConsistencyJob,
+        Feature::TaintTolerationComparisonOperators,
+        Feature::WorkloadWithJob,
+    ];
+
+    /// The gate's name as written on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Feature::JobPodFailurePolicy => "JobPodFailurePolicy",
+            Feature::PodDisruptionConditions => "PodDisruptionConditions",
+            Feature::JobManagedBy => "JobManagedBy",
+            Feature::JobBackoffLimitPerIndex => "JobBackoffLimitPerIndex",
+            Feature::JobPodReplacementPolicy => "JobPodReplacementPolicy",
+            Feature::JobSuccessPolicy => "JobSuccessPolicy",
+            Feature::SidecarContainers => "SidecarContainers",
+            Feature::PodObservedGenerationTracking => "PodObservedGenerationTracking",
+            Feature::MutableSchedulingDirectivesForSuspendedJobs => {
+                "MutableSchedulingDirectivesForSuspendedJobs"
+            }
+            Feature::StaleControllerConsistencyJob => "StaleControllerConsistencyJob",
+            Feature::TaintTolerationComparisonOperators => "TaintTolerationComparisonOperators",
+            Feature::WorkloadWithJob => "WorkloadWithJob",
+        }
+    }
+
+    /// kcm-rs's own gates, which no upstream KCM has (a listed deviation:
+    /// upstream rejects them as unrecognized).
+    pub const fn is_own(self) -> bool {
+        matches!(
+            self,
+            Feature::JobPodFailurePolicy | Feature::PodDisruptionConditions
+        )
+    }
+
+    pub const fn support(self) -> Support {
+        match self {
+            Feature::JobPodFailurePolicy
+            | Feature::PodDisruptionConditions
+            | Feature::MutableSchedulingDirectivesForSuspendedJobs
+            | Feature::StaleControllerConsistencyJob => Support::Both,
+            _ => Support::DefaultOnly,
+        }
+    }
+
+    /// The value at `version` when not set: the table's default; kcm-rs's
+    /// own gates are on; a gate the minor does not have is on if it was
+    /// removed after going GA, off if it does not exist yet.
+    pub fn default_at(self, version: KubeVersion) -> bool {
+        if self.is_own() {
+            return true;
+        }
+        match Table::of(version).get(self.name()) {
+            Some(g) => g.default,
+            None => matches!(
+                self,
+                Feature::JobBackoffLimitPerIndex
+                    | Feature::JobPodReplacementPolicy
+                    | Feature::JobSuccessPolicy
+                    | Feature::SidecarContainers
+            ),
+        }
+    }
+
+    /// Whether `--feature-gates` of `version` knows the gate.
+    pub fn exists_at(self, version: KubeVersion) -> bool {
+        self.is_own() || Table::of(version).get(self.name()).is_some()
+    }
+
+    /// Looks a gate up by its exact (case-sensitive) name.
+    pub fn from_name(name: &str) -> Option<Feature> {
+        Feature::ALL.into_iter().find(|f| f.name() == name)
+    }
+}
+
+impl fmt::Display for Feature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
