@@ -14,6 +14,12 @@
 //!
 //! Outcomes are deterministic: the simulator draws them from the Job name
 //! and the pod's index (Indexed) or give every pod of a Job the same plan.
+//!
+//! kcm-rs always talks to the API server through a [`FaultProxy`], which
+//! counts its requests; with [`ChaosConfig::faults`] the proxy also injects
+//! API faults (without: rate 0, it only forwards). kcm-rs exiting on its
+//! own (e.g. its start-up probe met a fault) is logged in
+//! [`ChaosReport::exits`] and it is started again.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::process::Stdio;
@@ -30,6 +36,8 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
+use crate::control_plane::tail;
+use crate::faults::{self, Fault, FaultProxy, FaultSettings};
 use crate::history::{PodHistory, condition};
 use crate::sim::{self, SimConfig, SimStats};
 use crate::{ControlPlane, HarnessError, TestNamespace};
@@ -48,6 +56,12 @@ pub struct ChaosConfig {
     /// Completions of the NonIndexed Jobs; more means a longer run.
     pub scale: i32,
     pub timeout: Duration,
+    /// API faults injected between kcm-rs and the API server; `None`: the
+    /// proxy only forwards (and counts requests).
+    pub faults: Option<FaultSettings>,
+    /// Where to copy the logs (kcm-rs, proxy records, audit) of a run with
+    /// violations; `None`: a new directory under the system's temporary one.
+    pub keep_dir: Option<std::path::PathBuf>,
 }
 
 /// What one run ended with, per Job.
@@ -60,9 +74,25 @@ pub struct JobEnd {
     pub failed: i32,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct ChaosReport {
     pub kills: usize,
+    /// Requests kcm-rs sent (every process, through the proxy).
+    pub requests: usize,
+    /// Of those, watches.
+    pub watch_requests: usize,
+    /// Watches that got a fault (any kind).
+    pub faulted_watches: usize,
+    /// Faults the proxy injected, per kind.
+    pub faults: BTreeMap<Fault, usize>,
+    /// Of those, error answers that replaced an applied write.
+    pub faults_after_write: usize,
+    /// One line per kind, e.g. `429 ×12, 409 ×3 (2 after the write)`.
+    pub fault_summary: String,
+    /// kcm-rs exits not caused by a kill: `kcm-rs-N: status: last log line`.
+    pub exits: Vec<String>,
+    /// Where the logs of a run with violations were copied.
+    pub kept: Option<std::path::PathBuf>,
     pub pods: usize,
     /// Pods that got a `DisruptionTarget` condition.
     pub evicted: usize,
@@ -72,6 +102,17 @@ pub struct ChaosReport {
     /// Invariants broken (must be empty).
     pub violations: Vec<String>,
     pub elapsed: Duration,
+}
+
+impl ChaosReport {
+    /// kcm-rs's requests per pod seen.
+    pub fn requests_per_pod(&self) -> f64 {
+        self.requests as f64 / self.pods.max(1) as f64
+    }
+    /// Faults injected, all kinds.
+    pub fn faults_total(&self) -> usize {
+        self.faults.values().sum()
+    }
 }
 
 /// A small deterministic generator (xorshift64*), so a seed replays.
@@ -170,10 +211,15 @@ fn job_object(name: &str, spec: &Value, plan: &str) -> Result<Job, HarnessError>
     Ok(serde_json::from_value(body)?)
 }
 
-fn kcm_rs(bin: &std::path::Path, cp: &ControlPlane, n: usize) -> Result<Child, HarnessError> {
+fn kcm_rs(
+    bin: &std::path::Path,
+    cp: &ControlPlane,
+    kubeconfig: &std::path::Path,
+    n: usize,
+) -> Result<Child, HarnessError> {
     let log = std::fs::File::create(cp.dir().join(format!("kcm-rs-{n}.log")))?;
     Command::new(bin)
-        .arg(format!("--kubeconfig={}", cp.kubeconfig().display()))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .args([
             "--leader-elect=false",
             "--secure-port=0",
@@ -249,6 +295,10 @@ pub async fn run(
     let cp = ControlPlane::start_with_audit()?;
     let client = cp.client().await?;
     let ns = TestNamespace::create(&client, "chaos").await?;
+    let settings = cfg.faults.clone().unwrap_or_else(FaultSettings::none);
+    let stall = settings.stall;
+    let proxy = FaultProxy::start(&cp, settings).await?;
+    let via = proxy.kubeconfig().to_path_buf();
     let stats = Arc::new(SimStats::default());
     let sim_cfg = SimConfig::default();
     let sim_task = tokio::spawn(sim::run(
@@ -267,7 +317,7 @@ pub async fn run(
     let mut report = ChaosReport::default();
     let mut rng = Rng(cfg.seed.max(1));
     let mut started = 0;
-    let mut child = kcm_rs(bin, &cp, started)?;
+    let mut child = kcm_rs(bin, &cp, &via, started)?;
     let (mut resumed, mut tainted) = (false, false);
     let deadline = Instant::now() + cfg.timeout;
     loop {
@@ -283,6 +333,15 @@ pub async fn run(
                 .violations
                 .push(format!("not finished within {:?}", cfg.timeout));
             break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            // Exited on its own: note why, start it again.
+            let log = cp.dir().join(format!("kcm-rs-{started}.log"));
+            report
+                .exits
+                .push(format!("kcm-rs-{started}: {status}: {}", tail(&log, 1)));
+            started += 1;
+            child = kcm_rs(bin, &cp, &via, started)?;
         }
         let secs = began.elapsed().as_secs_f64();
         if !resumed && secs > 4.0 {
@@ -308,7 +367,7 @@ pub async fn run(
             report.kills += 1;
             tokio::time::sleep(Duration::from_millis(rng.between(0, 300))).await;
             started += 1;
-            child = kcm_rs(bin, &cp, started)?;
+            child = kcm_rs(bin, &cp, &via, started)?;
         } else {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
@@ -323,12 +382,24 @@ pub async fn run(
         .iter()
         .any(has_tracking)
     {
-        if settle.elapsed() > Duration::from_secs(30) {
+        if settle.elapsed() > Duration::from_secs(30) + stall {
             break;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let _ = child.start_kill();
+    let _ = child.wait().await;
+    let records = proxy.records();
+    drop(proxy);
+    report.requests = records.len();
+    report.watch_requests = records.iter().filter(|r| r.watch).count();
+    report.faulted_watches = records
+        .iter()
+        .filter(|r| r.watch && r.fault.is_some())
+        .count();
+    report.faults = faults::fault_counts(&records);
+    report.faults_after_write = records.iter().filter(|r| r.after).count();
+    report.fault_summary = faults::summary(&records);
     let final_jobs = jobs.list(&Default::default()).await?.items;
     let final_pods = pods.list(&Default::default()).await?.items;
     for j in &final_jobs {
@@ -358,8 +429,44 @@ pub async fn run(
         check_disruption_order(&cp.audit_log(), &ns.name, &terminal, &mut report.violations);
     jobs_task.abort();
     sim_task.abort();
+    faults::write_records(&cp.dir().join("fault-proxy.log"), &records)?;
+    if !report.violations.is_empty() {
+        report.kept = keep_logs(&cp, cfg, kills).ok();
+    }
     report.elapsed = began.elapsed();
     Ok(report)
+}
+
+/// Copies the logs of a run with violations out of the control plane's
+/// directory (removed when it stops).
+fn keep_logs(
+    cp: &ControlPlane,
+    cfg: &ChaosConfig,
+    kills: usize,
+) -> std::io::Result<std::path::PathBuf> {
+    let base = cfg.keep_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let name = format!(
+        "kcm-chaos-seed{}-kills{kills}-{}-{}",
+        cfg.seed,
+        if cfg.faults.is_some() {
+            "faults"
+        } else {
+            "nofaults"
+        },
+        jiff::Timestamp::now().as_second()
+    );
+    let dir = base.join(name);
+    std::fs::create_dir_all(&dir)?;
+    for entry in std::fs::read_dir(cp.dir())? {
+        let entry = entry?;
+        let file = entry.file_name();
+        let f = file.to_string_lossy();
+        // Logs only: the kubeconfigs hold the admin's key.
+        if f.ends_with(".log") {
+            std::fs::copy(entry.path(), dir.join(&file))?;
+        }
+    }
+    Ok(dir)
 }
 
 fn has_tracking(p: &Pod) -> bool {
@@ -506,17 +613,17 @@ fn check_disruption_order(
     deletes
 }
 
-/// Differences between the run with kills and the one without, as lines.
+/// Differences between a run (kills, faults) and the calm one, as lines.
 pub fn compare(with: &ChaosReport, without: &ChaosReport) -> Vec<String> {
     let mut out = Vec::new();
     for (name, a) in &without.ends {
         let Some(b) = with.ends.get(name) else {
-            out.push(format!("{name}: missing after kills"));
+            out.push(format!("{name}: missing in this run"));
             continue;
         };
         if a.condition != b.condition {
             out.push(format!(
-                "{name}: {:?} without kills, {:?} with",
+                "{name}: {:?} in the calm run, {:?} in this one",
                 a.condition, b.condition
             ));
         }
@@ -525,7 +632,9 @@ pub fn compare(with: &ChaosReport, without: &ChaosReport) -> Vec<String> {
         if name == "per-index"
             && (a.completed_indexes != b.completed_indexes || a.failed_indexes != b.failed_indexes)
         {
-            out.push(format!("{name}: indexes {a:?} without kills, {b:?} with"));
+            out.push(format!(
+                "{name}: indexes {a:?} in the calm run, {b:?} in this one"
+            ));
         }
         // Jobs that complete count every pod they needed, no more.
         if a.condition.starts_with("Complete")
@@ -533,7 +642,7 @@ pub fn compare(with: &ChaosReport, without: &ChaosReport) -> Vec<String> {
             && (a.succeeded, a.failed) != (b.succeeded, b.failed)
         {
             out.push(format!(
-                "{name}: succeeded/failed {:?} without kills, {:?} with",
+                "{name}: succeeded/failed {:?} in the calm run, {:?} in this one",
                 (a.succeeded, a.failed),
                 (b.succeeded, b.failed)
             ));

@@ -10,6 +10,7 @@ pub mod chaos;
 pub mod control_plane;
 pub mod error;
 pub mod events;
+pub mod faults;
 pub mod history;
 pub mod https;
 pub mod in_process;

@@ -1,6 +1,9 @@
 //! `make chaos`: the chaos driver (see `kcm_e2e::chaos`). Runs the workload
-//! once without kills and once with `--kills` SIGKILLs of kcm-rs, prints
-//! the checks and writes them to `--out`. Exit 1 on any violation.
+//! calm (no kills, no faults), with `--kills` SIGKILLs of kcm-rs, with API
+//! faults at `--fault-rate` through the fault proxy (`kcm_e2e::faults`),
+//! and with both (unless `--no-combined`); prints the checks and writes
+//! them to `--out`. kcm-rs always goes through the proxy, so every run
+//! counts its requests. Exit 1 on any violation.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,6 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use kcm_e2e::chaos::{ChaosConfig, ChaosReport, compare, run};
+use kcm_e2e::faults::{Fault, FaultSettings};
 
 #[derive(Parser)]
 struct Args {
@@ -18,6 +22,24 @@ struct Args {
     /// Completions of each Job.
     #[arg(long, default_value_t = 30)]
     scale: i32,
+    /// Share of kcm-rs's requests that get an API fault in the fault runs.
+    #[arg(long, default_value_t = 0.10)]
+    fault_rate: f64,
+    /// Share of kcm-rs's watch requests that get a fault (cut, 410, or an
+    /// error or stall at the start) in the fault runs: watches are few (one
+    /// per informer), so more of them.
+    #[arg(long, default_value_t = 0.5)]
+    watch_fault_rate: f64,
+    /// Also inject 404 before forwarding a DELETE or PATCH of an object
+    /// that exists (no API server answers so; off by default).
+    #[arg(long)]
+    not_found_before: bool,
+    /// How long a stalled answer is held.
+    #[arg(long, default_value_t = 30)]
+    stall_secs: u64,
+    /// Skip the run with kills and faults together.
+    #[arg(long)]
+    no_combined: bool,
     #[arg(long, default_value = "target/debug/kcm-rs")]
     kcm_rs: PathBuf,
     /// A Markdown report; none: stdout only.
@@ -49,47 +71,114 @@ async fn main() -> anyhow::Result<()> {
     let a = Args::parse();
     let bin =
         std::fs::canonicalize(&a.kcm_rs).with_context(|| format!("{}", a.kcm_rs.display()))?;
-    let cfg = ChaosConfig {
+    let calm_cfg = ChaosConfig {
         seed: a.seed,
         kills: a.kills,
         scale: a.scale,
         timeout: Duration::from_secs(a.timeout_secs),
+        faults: None,
+        // Logs of a run with violations (kcm-rs, proxy records, audit).
+        keep_dir: Some(PathBuf::from("target/chaos-logs")),
     };
-    eprintln!("chaos: seed {}, no kills first", a.seed);
-    let calm = run(&cfg, &bin, 0).await?;
-    eprintln!("chaos: {} kills", a.kills);
-    let wild = run(&cfg, &bin, a.kills).await?;
-    let mut bad: Vec<String> = calm
-        .violations
-        .iter()
-        .map(|v| format!("no kills: {v}"))
-        .collect();
-    bad.extend(wild.violations.iter().map(|v| format!("kills: {v}")));
-    bad.extend(compare(&wild, &calm));
+    let fault_cfg = ChaosConfig {
+        faults: Some(FaultSettings {
+            seed: a.seed,
+            rate: a.fault_rate,
+            watch_rate: Some(a.watch_fault_rate),
+            not_found_before: a.not_found_before,
+            stall: Duration::from_secs(a.stall_secs),
+            ..FaultSettings::default()
+        }),
+        ..calm_cfg.clone()
+    };
+    let mut plan: Vec<(&str, &ChaosConfig, usize)> = vec![
+        ("calm", &calm_cfg, 0),
+        ("kills", &calm_cfg, a.kills),
+        ("faults", &fault_cfg, 0),
+    ];
+    if !a.no_combined {
+        plan.push(("kills + faults", &fault_cfg, a.kills));
+    }
+    let mut runs: Vec<(&str, ChaosReport)> = Vec::new();
+    for (name, cfg, kills) in plan {
+        eprintln!("chaos: seed {}, run {name}", a.seed);
+        let r = run(cfg, &bin, kills).await?;
+        eprintln!(
+            "chaos: {name}: {} kills, {} requests, {:.1} requests/pod, faults {}, {} violations, {:.0} s",
+            r.kills,
+            r.requests,
+            r.requests_per_pod(),
+            r.fault_summary,
+            r.violations.len(),
+            r.elapsed.as_secs_f64()
+        );
+        runs.push((name, r));
+    }
+    let calm = &runs[0].1;
+    let mut bad: Vec<String> = Vec::new();
+    for (name, r) in &runs {
+        bad.extend(r.violations.iter().map(|v| format!("{name}: {v}")));
+        if !std::ptr::eq(r, calm) {
+            bad.extend(compare(r, calm).iter().map(|v| format!("{name}: {v}")));
+        }
+    }
     let mut md = format!(
-        "# kcm-rs chaos run\n\nseed {}, scale {}\n\n| run | SIGKILLs | pods seen | pods with DisruptionTarget | deletes by taint eviction and pod GC | wall time |\n|---|--:|--:|--:|--:|--:|\n\
-         | without kills | {} | {} | {} | {} | {:.0} s |\n| with kills | {} | {} | {} | {} | {:.0} s |\n\n",
+        "# kcm-rs chaos run\n\nseed {}, scale {}, fault rate {:.0}% of requests ({:.0}% of watches), stall {} s\n\n\
+         | run | SIGKILLs | faults injected | kcm-rs requests (watches) | pods seen | requests per pod | \
+         kcm-rs exits on its own | pods with DisruptionTarget | deletes by taint eviction and pod GC | wall time |\n\
+         |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
         a.seed,
         a.scale,
-        calm.kills,
-        calm.pods,
-        calm.evicted,
-        calm.disruption_deletes,
-        calm.elapsed.as_secs_f64(),
-        wild.kills,
-        wild.pods,
-        wild.evicted,
-        wild.disruption_deletes,
-        wild.elapsed.as_secs_f64()
+        a.fault_rate * 100.0,
+        a.watch_fault_rate * 100.0,
+        a.stall_secs
     );
-    md.push_str("## Without kills\n\n");
-    md.push_str(&table(&calm));
-    md.push_str("\n## With kills\n\n");
-    md.push_str(&table(&wild));
+    for (name, r) in &runs {
+        md.push_str(&format!(
+            "| {name} | {} | {} | {} ({}) | {} | {:.1} | {} | {} | {} | {:.0} s |\n",
+            r.kills,
+            r.faults_total(),
+            r.requests,
+            r.watch_requests,
+            r.pods,
+            r.requests_per_pod(),
+            r.exits.len(),
+            r.evicted,
+            r.disruption_deletes,
+            r.elapsed.as_secs_f64()
+        ));
+    }
+    md.push_str("\n## Faults injected per kind\n\n| run |");
+    for f in Fault::ALL {
+        md.push_str(&format!(" {f} |"));
+    }
+    md.push_str(" error answers after an applied write |\n|---|");
+    md.push_str(&"--:|".repeat(Fault::ALL.len() + 1));
+    md.push('\n');
+    for (name, r) in runs.iter().filter(|(_, r)| r.faults_total() > 0) {
+        md.push_str(&format!("| {name} |"));
+        for f in Fault::ALL {
+            md.push_str(&format!(" {} |", r.faults.get(&f).copied().unwrap_or(0)));
+        }
+        md.push_str(&format!(" {} |\n", r.faults_after_write));
+    }
+    for (name, r) in &runs {
+        md.push_str(&format!("\n## {name}\n\n"));
+        md.push_str(&table(r));
+        if !r.exits.is_empty() {
+            md.push_str("\nkcm-rs exits not caused by a kill:\n\n");
+            for e in &r.exits {
+                md.push_str(&format!("- {e}\n"));
+            }
+        }
+        if let Some(k) = &r.kept {
+            md.push_str(&format!("\nlogs kept in `{}`\n", k.display()));
+        }
+    }
     md.push_str(&format!(
         "\n## Checks\n\nExactly-once (no UID re-enters uncountedTerminatedPods), counters never decrease, \
          no tracking finalizer left, active <= parallelism, DisruptionTarget before delete, \
-         same conditions (and indexes, and counts of completed Jobs) as without kills: **{}**\n",
+         same conditions (and indexes, and counts of completed Jobs) as the calm run: **{}**\n",
         if bad.is_empty() { "all hold".to_string() } else { format!("{} violations", bad.len()) }
     ));
     for b in &bad {
