@@ -82,6 +82,24 @@ e2e: controlplane
 controlplane:
 	e2e/harness/build.sh $(E2E_BIN)
 
+## controlplane-versions: the same for every supported Kubernetes version
+## (K8S_VERSIONS; 1.34 in target/e2e-bin, the others in target/e2e-bin/1.N).
+## test-versions: each controller's differential suite against that version's
+## API server and upstream KCM (KCM_E2E_K8S_VERSION=1.N), every version run.
+K8S_VERSIONS ?= 1.34 1.35 1.36 1.37
+DIFFERENTIAL_CRATES := -p kcm-job -p kcm-podgc -p kcm-taint-eviction -p kcm-disruption
+.PHONY: controlplane-versions test-versions
+controlplane-versions:
+	@for v in $(K8S_VERSIONS); do e2e/harness/build.sh $(E2E_BIN) --version $$v || exit 1; done
+
+test-versions: controlplane-versions
+	@failed=""; for v in $(K8S_VERSIONS); do \
+	  echo "== differential suites on Kubernetes $$v" >&2; \
+	  KCM_E2E_K8S_VERSION=$$v $(CARGO) test $(DIFFERENTIAL_CRATES) --test differential \
+	    || failed+=" $$v"; \
+	done; \
+	if [[ -n "$$failed" ]]; then echo "error: differential suites differ on Kubernetes$$failed" >&2; exit 1; fi
+
 ## chaos: the mixed workload with 50 SIGKILLs of kcm-rs and without, the
 ## invariants checked (not part of `test`); CHAOS_ARGS="--kills 5 --scale 8".
 CHAOS_ARGS ?=

@@ -2,9 +2,10 @@
 //! their inputs changed (the script keeps a content stamp, so this is cheap
 //! when nothing changed).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use crate::HarnessError;
 
@@ -16,18 +17,56 @@ pub fn repo_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-/// The cache folder of built binaries: `$KCM_E2E_BIN_DIR` or `target/e2e-bin`.
+/// The Kubernetes version whose binaries the harness uses unless told
+/// otherwise (the module file at `e2e/harness/go.mod`).
+pub const DEFAULT_K8S_VERSION: &str = "1.34";
+
+/// Every Kubernetes minor the harness can build (`e2e/harness/versions/`).
+pub const SUPPORTED_K8S_VERSIONS: &[&str] = &["1.34", "1.35", "1.36", "1.37"];
+
+/// `"v1.37"`, `"1.37"` and `"1.37.2"` all name the minor `"1.37"`.
+pub fn normalize_version(version: &str) -> String {
+    let v = version.trim().trim_start_matches('v');
+    v.split('.').take(2).collect::<Vec<_>>().join(".")
+}
+
+/// The Kubernetes version of the control plane and upstream KCM:
+/// `$KCM_E2E_K8S_VERSION` (e.g. `1.37`), else [`DEFAULT_K8S_VERSION`].
+pub fn k8s_version() -> String {
+    std::env::var("KCM_E2E_K8S_VERSION")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| normalize_version(&v))
+        .unwrap_or_else(|| DEFAULT_K8S_VERSION.to_string())
+}
+
+/// The cache folder of built binaries: `$KCM_E2E_BIN_DIR` or `target/e2e-bin`
+/// (the default version's binaries; other versions are in a subfolder named
+/// after the version, see [`bin_dir_for`]).
 pub fn bin_dir() -> PathBuf {
     std::env::var_os("KCM_E2E_BIN_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("target").join("e2e-bin"))
 }
 
-fn run_build(extra: &[&str]) -> Result<(), HarnessError> {
+/// Where `build.sh` puts one version's binaries: [`bin_dir`] for the default
+/// version, `bin_dir()/1.N` for the others.
+pub fn bin_dir_for(version: &str) -> PathBuf {
+    let version = normalize_version(version);
+    if version == DEFAULT_K8S_VERSION {
+        bin_dir()
+    } else {
+        bin_dir().join(version)
+    }
+}
+
+fn run_build(version: &str, extra: &[&str]) -> Result<(), HarnessError> {
     let script = repo_root().join("e2e").join("harness").join("build.sh");
     let status = Command::new("bash")
         .arg(&script)
         .arg(bin_dir())
+        .arg("--version")
+        .arg(version)
         .args(extra)
         .status()
         .map_err(|source| HarnessError::Spawn {
@@ -44,13 +83,28 @@ fn run_build(extra: &[&str]) -> Result<(), HarnessError> {
     }
 }
 
-/// Ensures `kcm-e2e-apiserver` and `kcm-e2e-controller-manager` are built
-/// and current; runs the build at most once per process.
+/// Ensures `kcm-e2e-apiserver` and `kcm-e2e-controller-manager` of the
+/// version [`k8s_version`] names are built and current, and returns their
+/// folder; runs the build at most once per process and version.
 pub fn ensure_built() -> Result<PathBuf, HarnessError> {
-    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
-    let result = BUILT.get_or_init(|| run_build(&[]).map_err(|e| e.to_string()));
+    ensure_built_for(&k8s_version())
+}
+
+/// [`ensure_built`] for one Kubernetes version (`"1.37"`), whatever
+/// `$KCM_E2E_K8S_VERSION` says.
+pub fn ensure_built_for(version: &str) -> Result<PathBuf, HarnessError> {
+    static BUILT: OnceLock<Mutex<HashMap<String, Result<(), String>>>> = OnceLock::new();
+    let version = normalize_version(version);
+    // Held across the build: tests asking for the same version wait for it.
+    let mut built = BUILT
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let result = built
+        .entry(version.clone())
+        .or_insert_with(|| run_build(&version, &[]).map_err(|e| e.to_string()));
     match result {
-        Ok(()) => Ok(bin_dir()),
+        Ok(()) => Ok(bin_dir_for(&version)),
         Err(message) => Err(HarnessError::NotHealthy {
             reason: message.clone(),
             log_tail: String::new(),
@@ -60,6 +114,7 @@ pub fn ensure_built() -> Result<PathBuf, HarnessError> {
 
 /// Like [`ensure_built`], and also builds `kcm-e2e-kubectl` (for `make run`).
 pub fn ensure_built_with_kubectl() -> Result<PathBuf, HarnessError> {
-    run_build(&["--with-kubectl"])?;
-    Ok(bin_dir())
+    let version = k8s_version();
+    run_build(&version, &["--with-kubectl"])?;
+    Ok(bin_dir_for(&version))
 }

@@ -27,6 +27,7 @@ pub struct ControlPlane {
     server: String,
     log: PathBuf,
     started_in: Duration,
+    version: String,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -35,6 +36,7 @@ impl std::fmt::Debug for ControlPlane {
             .field("server", &self.server)
             .field("kubeconfig", &self.kubeconfig)
             .field("pid", &self.child.id())
+            .field("version", &self.version)
             .finish()
     }
 }
@@ -60,7 +62,9 @@ fn scratch_dir() -> Result<tempfile::TempDir, HarnessError> {
 
 impl ControlPlane {
     /// Builds the binaries if needed and starts a fresh control plane in a new
-    /// temporary directory. Several may run at once.
+    /// temporary directory. Several may run at once. Every `start*` runs the
+    /// Kubernetes version [`binaries::k8s_version`] names
+    /// (`$KCM_E2E_K8S_VERSION`, default 1.34).
     pub fn start() -> Result<Self, HarnessError> {
         let dir = scratch_dir()?;
         let kubeconfig = dir.path().join("admin.kubeconfig");
@@ -75,6 +79,15 @@ impl ControlPlane {
         port: u16,
     ) -> Result<Self, HarnessError> {
         Self::launch(dir, kubeconfig, port, "")
+    }
+
+    /// [`ControlPlane::start`] of one Kubernetes version (`"1.37"`), whatever
+    /// `$KCM_E2E_K8S_VERSION` says; [`UpstreamKcm`](crate::UpstreamKcm)
+    /// started against it runs the same version.
+    pub fn start_version(version: &str) -> Result<Self, HarnessError> {
+        let dir = scratch_dir()?;
+        let kubeconfig = dir.path().join("admin.kubeconfig");
+        Self::launch_version(dir, kubeconfig, 0, "", version)
     }
 
     /// [`ControlPlane::start`] with an audit log of every request's
@@ -109,7 +122,18 @@ impl ControlPlane {
         port: u16,
         extra_args: &str,
     ) -> Result<Self, HarnessError> {
-        let bin = binaries::ensure_built()?.join("kcm-e2e-apiserver");
+        Self::launch_version(dir, kubeconfig, port, extra_args, &binaries::k8s_version())
+    }
+
+    fn launch_version(
+        dir: tempfile::TempDir,
+        kubeconfig: PathBuf,
+        port: u16,
+        extra_args: &str,
+        version: &str,
+    ) -> Result<Self, HarnessError> {
+        let version = binaries::normalize_version(version);
+        let bin = binaries::ensure_built_for(&version)?.join("kcm-e2e-apiserver");
         let log = dir.path().join("apiserver.log");
         let log_file = File::create(&log)?;
         let began = Instant::now();
@@ -189,6 +213,7 @@ impl ControlPlane {
             server,
             log,
             started_in: began.elapsed(),
+            version,
         })
     }
 
@@ -206,6 +231,11 @@ impl ControlPlane {
     }
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+    /// The Kubernetes minor this control plane runs (`"1.34"`): its binaries,
+    /// and those of [`UpstreamKcm`](crate::UpstreamKcm) started against it.
+    pub fn version(&self) -> &str {
+        &self.version
     }
     /// Wall time from spawn to a ready API server with a kubeconfig written.
     pub fn started_in(&self) -> Duration {
@@ -248,7 +278,7 @@ impl Drop for ControlPlane {
 }
 
 /// The control plane shared by every test of one test binary, started on
-/// first use. It stops when the test binary exits (the child sees its stdin
+/// first use, of the version `$KCM_E2E_K8S_VERSION` names (default 1.34). It stops when the test binary exits (the child sees its stdin
 /// close), whether the tests passed, failed or panicked.
 pub fn shared() -> &'static ControlPlane {
     static SHARED: OnceLock<ControlPlane> = OnceLock::new();

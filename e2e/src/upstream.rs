@@ -17,13 +17,14 @@ pub struct UpstreamKcm {
 impl UpstreamKcm {
     /// Starts upstream KCM against `cp` running only `controllers` (canonical
     /// KCM names such as `job-controller`), without leader election and
-    /// without its HTTPS endpoint. `extra` flags are passed through.
+    /// without its HTTPS endpoint. `extra` flags are passed through. It is
+    /// built from the same Kubernetes version as `cp` ([`ControlPlane::version`]).
     pub fn start(
         cp: &ControlPlane,
         controllers: &[&str],
         extra: &[&str],
     ) -> Result<Self, HarnessError> {
-        let bin = binaries::ensure_built()?.join("kcm-e2e-controller-manager");
+        let bin = binaries::ensure_built_for(cp.version())?.join("kcm-e2e-controller-manager");
         let log = cp.dir().join(format!(
             "kube-controller-manager-{}.log",
             std::time::SystemTime::now()
