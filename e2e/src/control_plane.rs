@@ -81,6 +81,16 @@ impl ControlPlane {
         Self::launch(dir, kubeconfig, port, "")
     }
 
+    /// [`ControlPlane::start_version`] with extra kube-apiserver flags
+    /// (space separated), e.g. `--feature-gates=JobManagedBy=false` on 1.34
+    /// to play an API server configured otherwise (that gate is locked on
+    /// from 1.35).
+    pub fn start_version_with_args(version: &str, extra_args: &str) -> Result<Self, HarnessError> {
+        let dir = scratch_dir()?;
+        let kubeconfig = dir.path().join("admin.kubeconfig");
+        Self::launch_version(dir, kubeconfig, 0, extra_args, version)
+    }
+
     /// [`ControlPlane::start`] of one Kubernetes version (`"1.37"`), whatever
     /// `$KCM_E2E_K8S_VERSION` says; [`UpstreamKcm`](crate::UpstreamKcm)
     /// started against it runs the same version.

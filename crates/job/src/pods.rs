@@ -97,7 +97,10 @@ fn count_annotation(pod: &Pod, key: &str) -> i32 {
         Some(v) => match v.parse::<i64>() {
             Ok(n) if (0..=i64::from(i32::MAX)).contains(&n) => i32::try_from(n).unwrap_or(0),
             _ => {
-                tracing::debug!(
+                // Upstream `parseInt32` logs these at level 0 too ("Failed to
+                // parse the value", "The value is invalid").
+                tracing::info!(
+                    pod = %kcm_runtime::informer::object_key(pod),
                     annotation = key,
                     value = v,
                     "invalid count annotation; using 0"

@@ -8,10 +8,12 @@ use std::fmt;
 ///
 /// Every constructor in this crate that derives a list from pods or merges
 /// sorted input keeps the list sorted, disjoint and non-adjacent. Lists parsed
-/// from API strings ([`OrderedIntervals::parse`]) are taken as written, so a
-/// hand-edited status such as `"5,2"` or `"4-1"` yields an unsorted or inverted
-/// list; like upstream, no repair is attempted and the other methods then give
-/// well-defined but not meaningful answers (they never panic).
+/// from API strings ([`OrderedIntervals::parse`]) are taken as written (minus
+/// inverted pieces), so a hand-edited status such as `"5,2"` yields an
+/// unsorted list; like upstream, no repair is attempted there and the other
+/// methods then give well-defined but not meaningful answers (they never
+/// panic). [`OrderedIntervals::merge`] sorts and coalesces, so what the
+/// controller writes back is always well formed.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Hash)]
 pub struct OrderedIntervals(Vec<(i32, i32)>);
 
@@ -48,6 +50,11 @@ impl OrderedIntervals {
     ///   dropped even if they are smaller);
     /// * a piece whose end does not parse is skipped; an end
     ///   `>= completions` is clamped to `completions - 1`;
+    /// * a piece whose end is below its start (`"4-1"`) is skipped.
+    ///   Deliberate deviation: upstream keeps it, its `total()` is then
+    ///   negative and becomes `status.succeeded`, which the API server
+    ///   refuses on every write (counters must be >= 0), so the Job's status
+    ///   could never be written again;
     /// * a piece starting right after the previous interval's end extends it;
     /// * nothing is sorted and overlaps are kept.
     ///
@@ -59,10 +66,20 @@ impl OrderedIntervals {
             return Self(out);
         }
         let limit = i64::from(completions);
+        // Upstream logs these at level 0 ("Corrupted indexes interval,
+        // ignoring"); so does this, at info. Only a hand-edited status gets
+        // here, and the next status write replaces it with a clean string.
+        let corrupted = |piece: &str| {
+            tracing::info!(
+                interval = piece,
+                indexes = s,
+                "corrupted indexes interval, ignoring"
+            );
+        };
         for piece in s.split(',') {
             let mut limits = piece.split('-');
             let Some(first) = limits.next().and_then(|f| f.parse::<i64>().ok()) else {
-                tracing::debug!(interval = piece, "corrupted indexes interval; ignoring");
+                corrupted(piece);
                 continue;
             };
             if first >= limit {
@@ -73,11 +90,15 @@ impl OrderedIntervals {
                 Some(raw) => match raw.parse::<i64>() {
                     Ok(l) => l.min(limit - 1),
                     Err(_) => {
-                        tracing::debug!(interval = piece, "corrupted indexes interval; ignoring");
+                        corrupted(piece);
                         continue;
                     }
                 },
             };
+            if last < first {
+                corrupted(piece);
+                continue;
+            }
             // Both bounds are below `completions` here, and neither can carry
             // a minus sign (it is the separator), so the conversions succeed;
             // they are checked only to stay panic-free.

@@ -174,10 +174,14 @@ fn parse_table() {
         // Parsing stops at the first start >= completions, even if smaller follow.
         ("0,12,1", 10, &[(0, 0)]),
         ("3,1,7,2", 5, &[(3, 3), (1, 1)]),
-        // No sorting, no overlap repair, inverted pieces kept.
+        // No sorting, no overlap repair.
         ("5,2", 10, &[(5, 5), (2, 2)]),
         ("1-3,2-5", 10, &[(1, 3), (2, 5)]),
-        ("4-1", 10, &[(4, 1)]),
+        // Inverted pieces are skipped (upstream keeps them and then counts
+        // them negatively; see `OrderedIntervals::parse`).
+        ("4-1", 10, &[]),
+        ("0,4-1,5", 10, &[(0, 0), (5, 5)]),
+        ("0-5,9-2", 8, &[(0, 5)]),
         // Extra '-' pieces ignored; '+' accepted as by Go's Atoi.
         ("1-2-3", 10, &[(1, 2)]),
         ("+3", 10, &[(3, 3)]),

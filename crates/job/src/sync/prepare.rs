@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::{JobCondition, UncountedTerminatedPods};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kcm_conditions::job::{find_job_condition, new_job_condition};
+use kcm_conditions::job::new_job_condition;
 
 use super::{ACTION_RECONCILING, Config, Input, JobCtx, uid};
 use crate::backoff::{finished_time, new_backoff_record, past_backoff_limit_on_failure};
@@ -176,6 +176,22 @@ pub fn prepare(input: Input) -> JobCtx {
     ctx
 }
 
+/// The first condition of `type_` whose status is `True`.
+///
+/// Deliberate deviation from upstream, which looks only at the *first*
+/// condition of a type (`findConditionByType`): a hand-edited
+/// `FailureTarget` (or `SuccessCriteriaMet`) with status `False` placed
+/// before the controller's own `True` one hid it, so every later sync
+/// appended another `True` condition and wrote the status again, about once
+/// a second for as long as pods were terminating (the list grows without
+/// bound). The API server's own status validation already reads "any
+/// condition of the type is True" (`IsConditionTrue`); so does this.
+pub fn true_condition<'a>(conditions: &'a [JobCondition], type_: &str) -> Option<&'a JobCondition> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+}
+
 /// The terminal decision in upstream's order (§2.4).
 fn decide_finished(ctx: &mut JobCtx) {
     let now = ctx.now;
@@ -186,11 +202,7 @@ fn decide_finished(ctx: &mut JobCtx) {
         .as_ref()
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
-    let is_true = |t: &str| {
-        find_job_condition(&conditions, t)
-            .filter(|c| c.status == "True")
-            .cloned()
-    };
+    let is_true = |t: &str| true_condition(&conditions, t).cloned();
     ctx.finished = is_true("SuccessCriteriaMet");
     if ctx.finished.is_none() {
         if let Some(ft) = is_true("FailureTarget") {
@@ -323,3 +335,9 @@ fn past_active_deadline(ctx: &JobCtx) -> bool {
     }
     elapsed_since_start(ctx) >= Duration::from_secs(u64::try_from(ads).unwrap_or(0))
 }
+
+/// Bad input through the sync stages, on the in-memory executor of
+/// `sync::tests` (issue 14; docs/bad-input.md).
+#[cfg(test)]
+#[path = "tests/bad_input.rs"]
+mod bad_input_tests;

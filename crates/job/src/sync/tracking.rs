@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
 use k8s_openapi::api::core::v1::Pod;
-use kcm_conditions::job::{ensure_job_condition_status, is_job_condition_true, new_job_condition};
+use kcm_conditions::job::{ensure_job_condition_status, new_job_condition};
 
 use super::{JobCtx, MAX_UNCOUNTED_PODS, uid};
 use crate::pod_failure_policy::{effective_policy, match_pod_failure_policy};
@@ -207,7 +207,7 @@ pub fn plan(ctx: &mut JobCtx, needs_flush: bool) -> Tracking {
             flush = true;
             ctx.finished = Some(new_job_condition("Failed", "True", &reason, &message, now));
         } else if f.type_ == "SuccessCriteriaMet" {
-            if !is_job_condition_true(conditions, "SuccessCriteriaMet") {
+            if super::prepare::true_condition(conditions, "SuccessCriteriaMet").is_none() {
                 conditions.push(f);
                 flush = true;
             }

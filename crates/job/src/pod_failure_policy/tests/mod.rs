@@ -148,5 +148,6 @@ struct Case {
     action: Option<Action>,
 }
 
+mod bad_input;
 mod props;
 mod table;
