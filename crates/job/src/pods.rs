@@ -127,6 +127,18 @@ pub fn completions(job: &Job) -> i32 {
     job.spec.as_ref().and_then(|s| s.completions).unwrap_or(0)
 }
 
+/// `spec.completionMode` when it is set to a mode this version does not
+/// know (only a newer, skewed API server can serve one; validation refuses
+/// it). Upstream then records a Warning `UnknownCompletionMode` and skips
+/// the sync; so does `sync_job`.
+pub fn unknown_completion_mode(job: &Job) -> Option<&str> {
+    job.spec
+        .as_ref()?
+        .completion_mode
+        .as_deref()
+        .filter(|m| !matches!(*m, "NonIndexed" | "Indexed"))
+}
+
 pub fn is_indexed(job: &Job) -> bool {
     job.spec.as_ref().and_then(|s| s.completion_mode.as_deref()) == Some("Indexed")
 }
@@ -225,6 +237,28 @@ mod tests {
             );
         }
         assert_eq!(index_ignored_failure_count(&pod("Failed", false, &[])), 0);
+    }
+
+    #[test]
+    fn unknown_completion_modes() {
+        let mode = |m: Option<&str>| {
+            let mut j = job(None);
+            if let Some(spec) = j.spec.as_mut() {
+                spec.completion_mode = m.map(str::to_string);
+            }
+            j
+        };
+        assert_eq!(unknown_completion_mode(&mode(None)), None);
+        assert_eq!(unknown_completion_mode(&mode(Some("Indexed"))), None);
+        assert_eq!(unknown_completion_mode(&mode(Some("NonIndexed"))), None);
+        for bad in ["Foo", "indexed", ""] {
+            assert_eq!(
+                unknown_completion_mode(&mode(Some(bad))),
+                Some(bad),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(unknown_completion_mode(&Job::default()), None);
     }
 
     #[test]

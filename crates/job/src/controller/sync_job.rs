@@ -84,11 +84,7 @@ impl JobController {
         if self.finished_jobs.lock().contains(&uid) {
             return Ok(());
         }
-        let mode = shared.spec.as_ref().and_then(|s| s.completion_mode.clone());
-        if mode
-            .as_deref()
-            .is_some_and(|m| m != "NonIndexed" && m != "Indexed")
-        {
+        if crate::pods::unknown_completion_mode(&shared).is_some() {
             self.event(
                 &shared,
                 true,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kcm_conditions::job::{ensure_job_condition_status, new_job_condition};
 
 use super::{JobCtx, MAX_UNCOUNTED_PODS, uid};
@@ -282,6 +283,15 @@ fn enact_finished(ctx: &mut JobCtx) -> bool {
     ensure_job_condition_status(conditions, &f.type_, "True", &reason, &message, ctx.now);
     if f.type_ == "Complete" {
         status.completion_time = f.last_transition_time.clone();
+    }
+    // A Job can finish without ever having started: suspended before its
+    // first status write landed (a crash, a failed write) while a pod it
+    // had created ran to the end. The API server refuses a finished Job
+    // without `startTime` (JobManagedBy validation), so upstream's write
+    // would be refused on every retry; start it now, which keeps
+    // `completionTime >= startTime`. Deliberate deviation (docs/bad-input.md).
+    if status.start_time.is_none() {
+        status.start_time = Some(Time(ctx.now));
     }
     true
 }

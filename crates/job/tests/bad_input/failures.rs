@@ -259,6 +259,74 @@ async fn hand_edited_failure_target() {
     e.control().await;
 }
 
+/// `startTime` removed by hand while the Job is suspended (the API server
+/// allows that only then; 1.35+ clears it itself on suspension), then the
+/// elastic Indexed Job is scaled down to the indexes it already completed:
+/// it finishes without a start. The API server refuses a finished Job
+/// without `startTime`, so upstream's Complete write is refused on every
+/// retry and the Job stays at SuccessCriteriaMet for ever; kcm-rs sets
+/// `startTime` with the terminal condition (docs/bad-input.md).
+#[tokio::test]
+async fn finishing_while_suspended_without_a_start_time() {
+    let e = env("no-start").await;
+    e.create(
+        "ns",
+        json!({"completionMode": "Indexed", "completions": 2, "parallelism": 2}),
+    )
+    .await;
+    let ps = wait_pods(&e.pods, "ns", "2 pods", |ps| ps.len() == 2).await;
+    let zero = ps
+        .iter()
+        .find(|p| index(p) == 0)
+        .map(name)
+        .expect("index 0");
+    kubelet::finish_pod(&e.pods, &zero, 0)
+        .await
+        .expect("finish");
+    wait_job(&e.jobs, "ns", "index 0 counted", |j| {
+        outcome(j).completed_indexes == "0"
+    })
+    .await;
+    let patch_spec = |spec: serde_json::Value| {
+        let jobs = e.jobs.clone();
+        async move {
+            jobs.patch(
+                "ns",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({ "spec": spec })),
+            )
+            .await
+            .expect("patch spec")
+        }
+    };
+    patch_spec(json!({"suspend": true})).await;
+    wait_job(&e.jobs, "ns", "suspended, nothing active", |j| {
+        condition(j, "Suspended").is_some_and(|c| c.0 == "True") && outcome(j).active == 0
+    })
+    .await;
+    e.patch_status("ns", json!({"startTime": null}))
+        .await
+        .expect("startTime may be removed while suspended");
+    patch_spec(json!({"completions": 1, "parallelism": 1})).await;
+    let j = wait_job(&e.jobs, "ns", "Complete", finished).await;
+    assert_eq!(
+        condition(&j, "Complete").map(|c| c.0).as_deref(),
+        Some("True")
+    );
+    let s = j.status.clone().unwrap_or_default();
+    assert_eq!(
+        (s.succeeded, s.completed_indexes.as_deref()),
+        (Some(1), Some("0"))
+    );
+    let (start, done) = (
+        s.start_time.clone().expect("startTime"),
+        s.completion_time.clone().expect("completionTime"),
+    );
+    assert!(done.0 >= start.0, "{s:?}");
+    no_finalizer_left(&e.pods, "batch.kubernetes.io/job-name=ns").await;
+    e.control().await;
+}
+
 fn condition_count(j: &Job, type_: &str, status: &str) -> usize {
     conditions(j)
         .iter()

@@ -406,3 +406,28 @@ fn failed_pods_without_exit_codes() {
     assert_eq!(count(&s, "FailureTarget", "True"), 0);
     assert!(w.pods.iter().all(|p| !has_tracking_finalizer(p)));
 }
+
+/// A Job suspended before any status write landed (the first sync crashed
+/// after creating its pod), whose pod then succeeds: it finishes without
+/// ever having started. The API server refuses a finished Job without
+/// `startTime`, so the controller sets it (to the completion time) instead
+/// of writing, as upstream, a status refused on every retry.
+#[test]
+fn finishing_without_a_start_time_sets_one() {
+    let mut w = World::new(job(json!({"completions": 1, "parallelism": 1})));
+    let r = w.sync(Crash::AfterPodWork);
+    assert_eq!(r.created().len(), 1);
+    assert!(w.job.status.is_none(), "no status write landed");
+    let created = uid(&w.pods[0]);
+    set_phase(&mut w, &created, "Succeeded", 0);
+    if let Some(spec) = w.job.spec.as_mut() {
+        spec.suspend = Some(true);
+    }
+    w.advance(5);
+    let r = w.sync(Crash::None);
+    assert!(r.finished, "{r:#?}");
+    let s = status(&w);
+    assert_eq!(count(&s, "Complete", "True"), 1);
+    assert!(s.start_time.is_some(), "{s:?}");
+    assert!(s.completion_time >= s.start_time, "{s:?}");
+}

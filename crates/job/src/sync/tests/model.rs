@@ -11,7 +11,10 @@
 //! * a terminal condition only with empty uncounted lists, `active == 0`
 //!   and `terminating == 0`; never Complete and Failed; Complete needs
 //!   SuccessCriteriaMet, Failed needs FailureTarget; terminal conditions
-//!   never change.
+//!   never change;
+//! * nothing the API server's status validation refuses: `ready <=
+//!   active`, `completionTime` exactly with Complete and not before
+//!   `startTime`, no finished Job without `startTime`.
 //!
 //! Checked after syncs: a terminal pod loses its finalizer only once its UID
 //! is persisted (or counted); with a full sync `active <= parallelism` and
@@ -141,6 +144,25 @@ impl Checker {
         assert!(!is("Complete") || is("SuccessCriteriaMet"), "{cs:?}");
         assert!(!is("Failed") || is("FailureTarget"), "{cs:?}");
         assert!(!(is("SuccessCriteriaMet") && is("FailureTarget")), "{cs:?}");
+        // What the API server's strengthened status validation refuses when
+        // the fields change: a controller write it refuses would be retried
+        // for ever (docs/bad-input.md, "inconsistent status we write").
+        let ready = s.ready.unwrap_or(0);
+        assert!(
+            (0..=s.active.unwrap_or(0)).contains(&ready),
+            "ready above active: {s:?}"
+        );
+        assert_eq!(
+            s.completion_time.is_some(),
+            is("Complete"),
+            "completionTime exactly with Complete: {s:?}"
+        );
+        if let (Some(start), Some(done)) = (&s.start_time, &s.completion_time) {
+            assert!(done.0 >= start.0, "completionTime before startTime: {s:?}");
+        }
+        if is("Complete") || is("Failed") {
+            assert!(s.start_time.is_some(), "finished without startTime: {s:?}");
+        }
         if is("Complete") || is("Failed") {
             assert!(
                 self.prev_s.is_empty() && self.prev_f.is_empty(),
