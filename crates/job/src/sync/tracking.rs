@@ -290,7 +290,11 @@ fn enact_finished(ctx: &mut JobCtx) -> bool {
     // without `startTime` (JobManagedBy validation), so upstream's write
     // would be refused on every retry; start it now, which keeps
     // `completionTime >= startTime`. Deliberate deviation (docs/bad-input.md).
-    if status.start_time.is_none() {
+    // The one case the API server accepts, a suspended Job with zero
+    // completions, keeps upstream's status (no startTime).
+    let zero_while_suspended = super::prepare::suspended(&ctx.job) && ctx.completions() == Some(0);
+    let status = ctx.job.status.get_or_insert_with(Default::default);
+    if status.start_time.is_none() && !zero_while_suspended {
         status.start_time = Some(Time(ctx.now));
     }
     true

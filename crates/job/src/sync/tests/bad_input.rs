@@ -431,3 +431,20 @@ fn finishing_without_a_start_time_sets_one() {
     assert!(s.start_time.is_some(), "{s:?}");
     assert!(s.completion_time >= s.start_time, "{s:?}");
 }
+
+/// The one finished-without-start the API server accepts (a suspended Job
+/// with zero completions) keeps upstream's status: no `startTime`.
+#[test]
+fn suspended_with_zero_completions_completes_without_a_start_time() {
+    let mut w = World::new(job(
+        json!({"completions": 0, "parallelism": 0, "suspend": true}),
+    ));
+    let mut finished = false;
+    for _ in 0..3 {
+        finished |= w.sync(Crash::None).finished;
+    }
+    assert!(finished);
+    let s = status(&w);
+    assert_eq!(count(&s, "Complete", "True"), 1, "{s:?}");
+    assert_eq!(s.start_time, None, "{s:?}");
+}
