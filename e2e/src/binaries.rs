@@ -118,3 +118,40 @@ pub fn ensure_built_with_kubectl() -> Result<PathBuf, HarnessError> {
     run_build(&version, &["--with-kubectl"])?;
     Ok(bin_dir_for(&version))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_name_their_minor_and_folder() {
+        for v in ["1.37", "v1.37", "1.37.2", " v1.37.2 "] {
+            assert_eq!(normalize_version(v), "1.37");
+        }
+        assert_eq!(bin_dir_for("v1.34.4"), bin_dir());
+        assert_eq!(bin_dir_for("1.37.2"), bin_dir().join("1.37"));
+    }
+
+    /// Every supported version has a module file for build.sh, and no
+    /// module file is missing from the list.
+    #[test]
+    fn supported_versions_match_the_harness_module_files() {
+        let harness = repo_root().join("e2e").join("harness");
+        assert!(harness.join("go.mod").is_file());
+        let mut on_disk = vec![DEFAULT_K8S_VERSION.to_string()];
+        let mut dirs: Vec<String> = std::fs::read_dir(harness.join("versions"))
+            .expect("e2e/harness/versions")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().join("go.mod").is_file())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        dirs.sort_by_key(|v| {
+            normalize_version(v)
+                .split('.')
+                .nth(1)
+                .and_then(|m| m.parse::<u32>().ok())
+        });
+        on_disk.extend(dirs);
+        assert_eq!(on_disk, SUPPORTED_K8S_VERSIONS);
+    }
+}
