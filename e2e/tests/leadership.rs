@@ -13,7 +13,7 @@
 #[allow(dead_code)]
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -166,7 +166,7 @@ fn active(pods: &[Pod]) -> usize {
 }
 
 /// The scenario up to the hand-over; returns the old leader's exit delay.
-async fn hand_over(cp: &ControlPlane, bin: &PathBuf, stop: impl Fn(&Child)) -> Duration {
+async fn hand_over(cp: &ControlPlane, bin: &Path, stop: impl Fn(&Child)) -> Duration {
     let admin = cp.client().await.expect("client");
     identities(&admin).await;
     let leases: Api<Lease> = Api::namespaced(admin.clone(), NS);

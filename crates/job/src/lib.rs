@@ -25,7 +25,6 @@ pub mod sync;
 
 use std::sync::Arc;
 
-use kcm_features::Feature;
 use kcm_runtime::controller::{ControllerContext, ControllerSpec, Health, InitError, Started};
 use kcm_runtime::events::Recorder;
 use kcm_runtime::expectations::{ControllerExpectations, UidTrackingExpectations};
@@ -72,9 +71,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
         finalizer_expectations: UidTrackingExpectations::new(),
         finished_jobs: Default::default(),
         backoff: backoff::BackoffStore::new(),
-        config: sync::Config {
-            pod_failure_policy: ctx.features.enabled(Feature::JobPodFailurePolicy),
-        },
+        config: sync::Config::new(&ctx.features),
     });
     jc.register();
     metrics::metrics();

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use kcm_features::{Feature, FeatureGates, KubeVersion};
+use kcm_features::{FeatureGates, KubeVersion};
 use kcm_job::explain::{self, Request, WhatIf};
 
 #[derive(Debug, Parser)]
@@ -221,9 +221,7 @@ async fn run(command: Command) -> Result<ExitCode, ToolError> {
                 job: &snapshot.job,
                 pods: &snapshot.pods,
                 events: &snapshot.events,
-                config: kcm_job::sync::Config {
-                    pod_failure_policy: gates.enabled(Feature::JobPodFailurePolicy),
-                },
+                config: kcm_job::sync::Config::new(&gates),
                 now: jiff::Timestamp::now(),
                 what_if: what_if.as_ref(),
             });

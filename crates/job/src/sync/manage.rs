@@ -302,6 +302,11 @@ pub fn apply_outcome(ctx: &mut JobCtx, work: &PodWork, outcome: Outcome) {
                 reason: "Suspended".into(),
                 message: "Job suspended".into(),
             });
+            // 1.35+: so the API server lets scheduling directives change
+            // while the Job is suspended.
+            if ctx.config.clear_start_time_on_suspend {
+                status.start_time = None;
+            }
         }
     } else if ensure_job_condition_status(
         conditions,

@@ -17,6 +17,7 @@
 
 pub mod manage;
 pub mod prepare;
+pub mod profile;
 pub mod tracking;
 
 use std::collections::{BTreeMap, HashSet};
@@ -31,6 +32,7 @@ use crate::backoff::BackoffRecord;
 use crate::indexes::OrderedIntervals;
 
 pub use prepare::prepare;
+pub use profile::Config;
 
 /// At most this many pods are created or deleted in one sync
 /// (upstream MaxPodCreateDeletePerSync).
@@ -45,12 +47,6 @@ pub const ACTION_TRACKING: &str = "tracking";
 pub const ACTION_PODS_CREATED: &str = "pods_created";
 pub const ACTION_PODS_DELETED: &str = "pods_deleted";
 
-/// Options that change decisions.
-#[derive(Debug, Clone, Copy)]
-pub struct Config {
-    /// `JobPodFailurePolicy`: off means `spec.podFailurePolicy` is ignored.
-    pub pod_failure_policy: bool,
-}
 
 /// What a sync starts from: a copy of the cached Job and its claimed pods.
 #[derive(Debug, Clone)]

@@ -372,3 +372,38 @@ fn pod_uncounted_as_failed_that_succeeds_stays_a_failure() {
         (Some(1), Some(1), Some(1))
     );
 }
+
+/// 1.35+ (MutableSchedulingDirectivesForSuspendedJobs): suspending clears
+/// `startTime`, also on a re-suspension; 1.34 keeps it.
+#[test]
+fn suspending_clears_start_time_from_1_35_with_the_gate() {
+    for clears in [false, true] {
+        let mut w = World::new(job(json!({"completions": 5, "parallelism": 2})));
+        w.config.clear_start_time_on_suspend = clears;
+        w.sync(Crash::None);
+        let started = w.job.status.as_ref().and_then(|s| s.start_time.clone());
+        assert!(started.is_some());
+        for round in 0..2 {
+            w.advance(10);
+            if let Some(spec) = w.job.spec.as_mut() {
+                spec.suspend = Some(true);
+            }
+            let r = w.sync(Crash::None);
+            assert_eq!(r.events[0].reason, "Suspended", "round {round}");
+            let now = w.job.status.as_ref().and_then(|s| s.start_time.clone());
+            if clears {
+                assert_eq!(now, None, "round {round}");
+            } else {
+                assert!(now.is_some(), "round {round}");
+            }
+            // Resume: startTime set again either way.
+            w.advance(10);
+            if let Some(spec) = w.job.spec.as_mut() {
+                spec.suspend = Some(false);
+            }
+            w.sync(Crash::None);
+            let s = w.job.status.clone().unwrap_or_default();
+            assert_eq!(s.start_time, Some(Time(w.now)));
+        }
+    }
+}

@@ -45,6 +45,19 @@ async fn d12_suspend_resume() {
     let snaps = compare_script(|s| Box::pin(suspend_resume(s))).await;
     let suspended = &snaps[2].1;
     assert_eq!((suspended.job.failed, suspended.active), (0, 0));
+    // Both sides agree (above); what they agree on depends on the minor:
+    // from 1.36 (MutableSchedulingDirectivesForSuspendedJobs on by
+    // default) suspending clears startTime, before it stays.
+    let minor: u32 = kcm_e2e::binaries::k8s_version()
+        .trim_start_matches("1.")
+        .parse()
+        .expect("minor");
+    assert_eq!(
+        suspended.start_time_set,
+        minor < 36,
+        "startTime after suspending on 1.{minor}"
+    );
+    assert!(snaps[3].1.start_time_set, "resumed: startTime set again");
 }
 
 /// Background deletion while pods run: every pod loses the finalizer.

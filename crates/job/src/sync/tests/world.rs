@@ -167,6 +167,7 @@ impl World {
             next: 0,
             config: Config {
                 pod_failure_policy: true,
+                ..Config::default()
             },
         }
     }
