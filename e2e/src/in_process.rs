@@ -57,18 +57,28 @@ async fn start_at(
             path: kubeconfig.to_path_buf(),
             message: e.to_string(),
         })?;
-    let informers = InformerFactory::new(kube::Client::try_from(config.clone())?);
+    let client = kube::Client::try_from(config.clone())?;
+    // As the binary: behave as the server's minor.
+    let server = client.apiserver_version().await?.git_version;
+    let version = kcm_features::KubeVersion::from_git_version(&server).map_err(|e| {
+        HarnessError::NotHealthy {
+            reason: e.to_string(),
+            log_tail: String::new(),
+        }
+    })?;
+    let informers = InformerFactory::new(client);
     let stop = CancellationToken::new();
     let ctx = ControllerContext {
         informers: informers.clone(),
         kube_config: config,
         qps: 20.0,
         burst: 30,
-        features,
+        features: features.at_version(version),
         settings,
         stop: stop.child_token(),
         identities: Default::default(),
         fence: kcm_runtime::client::Fence::open(),
+        version,
     };
     for spec in specs {
         let started = (spec.init)(&ctx).map_err(|e| HarnessError::NotHealthy {

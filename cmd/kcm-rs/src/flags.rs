@@ -48,6 +48,15 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(total).map_err(|e| format!("duration {s:?}: {e}"))
 }
 
+/// A Go `strconv.ParseBool` boolean, as KCM's bool flags take.
+pub fn parse_go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!("strconv.ParseBool: parsing {s:?}: invalid syntax")),
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -113,8 +122,16 @@ pub struct Flags {
     pub stale_pod_disruption_timeout: Duration,
 
     /// Start a leader election client and gain leadership before running.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    /// A bare `--leader-elect` means true, as with KCM's Go flags.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set,
+        num_args = 0..=1, require_equals = true, default_missing_value = "true",
+        value_parser = parse_go_bool)]
     pub leader_elect: bool,
+
+    /// Behave as this Kubernetes minor's kube-controller-manager (`1.N` or
+    /// `kube=1.N`, 1.34 to 1.37) instead of the API server's own version.
+    #[arg(long)]
+    pub emulated_version: Option<String>,
 
     /// How long a standby waits after the last observed renewal before
     /// taking the lease.
@@ -189,7 +206,8 @@ pub struct Flags {
     /// Give each controller its own ServiceAccount token (TokenRequest
     /// API, `kube-system/<controller client name>`), as KCM's flag.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set,
-        num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+        num_args = 0..=1, require_equals = true, default_missing_value = "true",
+        value_parser = parse_go_bool)]
     pub use_service_account_credentials: bool,
 
     /// Renew controller tokens this often instead of at 80 % of their
@@ -268,5 +286,23 @@ mod tests {
         assert!(Flags::try_parse_from(["kcm-rs", "--leader-elect-retry-period=soon"]).is_err());
         assert!(Flags::try_parse_from(["kcm-rs", "--kube-api-burst=-1"]).is_err());
         assert!(Flags::try_parse_from(["kcm-rs", "--no-such-flag"]).is_err());
+    }
+
+    #[test]
+    fn bool_flags_parse_as_go_flags_do() {
+        let le = |args: &[&str]| {
+            let mut v = vec!["kcm-rs"];
+            v.extend_from_slice(args);
+            Flags::try_parse_from(v).map(|f| f.leader_elect)
+        };
+        assert!(le(&["--leader-elect"]).expect("bare"));
+        assert!(!le(&["--leader-elect=false"]).expect("false"));
+        assert!(!le(&["--leader-elect=F"]).expect("F"));
+        assert!(le(&["--leader-elect=1"]).expect("1"));
+        assert!(le(&["--leader-elect=yes"]).is_err());
+        let f = Flags::try_parse_from(["kcm-rs", "--use-service-account-credentials"]);
+        assert!(f.expect("bare").use_service_account_credentials);
+        let f = Flags::try_parse_from(["kcm-rs", "--emulated-version=1.35"]).expect("parse");
+        assert_eq!(f.emulated_version.as_deref(), Some("1.35"));
     }
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use kcm_features::FeatureGates;
+use kcm_features::{FeatureGates, KubeVersion};
 use kcm_runtime::client::identity::{self, TokenSource};
 use kcm_runtime::client::{ClientOptions, Fence, build_client};
 use kcm_runtime::controller::{self, ControllerContext, ControllerSpec};
@@ -59,6 +59,32 @@ async fn kube_config(flags: &Flags) -> Result<kube::Config, Failure> {
             .map_err(|e| Failure::User(format!("--master {master:?}: {e}")))?;
     }
     Ok(config)
+}
+
+/// The minor whose KCM kcm-rs behaves as: `--emulated-version`, else the
+/// API server's own (refused outside 1.34–1.37 or when unreadable).
+fn behave_as(flag: Option<&str>, server: &str) -> Result<KubeVersion, Failure> {
+    let from_server = KubeVersion::from_git_version(server);
+    let Some(flag) = flag else {
+        return from_server.map_err(|e| {
+            Failure::User(format!(
+                "API server version {server:?}: {e}; set --emulated-version=1.N (1.34 to 1.37) \
+                 to run as that version's kube-controller-manager anyway"
+            ))
+        });
+    };
+    let v = KubeVersion::from_flag(flag)
+        .map_err(|e| Failure::User(format!("--emulated-version={flag}: {e}")))?;
+    match from_server {
+        // KCM's skew policy: at most one minor older than the API server.
+        Ok(s) if s < v || s.minor() > v.minor() + 1 => tracing::warn!(
+            server, emulated = %v,
+            "outside KCM's version skew (at most one minor older than the API server, never newer)"
+        ),
+        Err(e) => tracing::warn!(server, emulated = %v, "{e}; behaving as --emulated-version says"),
+        Ok(_) => {}
+    }
+    Ok(v)
 }
 
 fn identity() -> String {
@@ -193,7 +219,15 @@ async fn run(
     let version = kubeconfig::probe(&probe, &url)
         .await
         .map_err(Failure::User)?;
-    tracing::info!(server = %url, %version, "connected");
+    let behaves_as = behave_as(flags.emulated_version.as_deref(), &version)?;
+    tracing::info!(server = %url, %version, kcm_version = %behaves_as, "connected");
+    let gates = gates
+        .resolve(behaves_as)
+        .map_err(|e| Failure::User(format!("--feature-gates: {e}")))?;
+    let ignored = gates.ignored();
+    if !ignored.is_empty() {
+        tracing::info!(?ignored, "feature gates accepted as kube-controller-manager {behaves_as} does; no kcm-rs controller reads them");
+    }
     tracing::info!(
         feature_gates = %gates,
         controllers = ?selected.iter().map(|c| c.name).collect::<Vec<_>>(),
@@ -289,6 +323,7 @@ async fn run(
         qps: flags.kube_api_qps,
         burst: flags.kube_api_burst,
         features: gates,
+        version: behaves_as,
         settings: controller::Settings {
             concurrent_job_syncs: flags.concurrent_job_syncs,
             terminated_pod_gc_threshold: flags.terminated_pod_gc_threshold,

@@ -72,6 +72,66 @@ fn bad_input_is_a_clear_error_with_exit_code_2() {
     assert_user_error(&out, "kubeconfig");
 }
 
+/// A request-shape stand-in for an API server that reports `git_version`
+/// on `/version` (the only request kcm-rs makes before refusing it).
+fn version_server(git_version: &'static str) -> u16 {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let body = format!(
+                r#"{{"major":"1","minor":"38","gitVersion":"{git_version}","gitCommit":"","gitTreeState":"clean","buildDate":"","goVersion":"","compiler":"gc","platform":"linux/amd64"}}"#
+            );
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+#[test]
+fn versions_outside_1_34_to_1_37_are_refused_naming_the_override() {
+    let kc = shared().kubeconfig().display().to_string();
+    let out = run_to_end(&[
+        &format!("--kubeconfig={kc}"),
+        "--secure-port=0",
+        "--emulated-version=1.40",
+    ]);
+    assert_user_error(
+        &out,
+        "--emulated-version=1.40: Kubernetes 1.40 is not supported",
+    );
+    let out = run_to_end(&[&format!("--kubeconfig={kc}"), "--emulated-version=soon"]);
+    assert_user_error(&out, "cannot read a Kubernetes version");
+
+    for (server, says) in [
+        ("v1.38.0", "Kubernetes 1.38 is not supported"),
+        ("v1.33.7", "Kubernetes 1.33 is not supported"),
+        ("not-a-version", "cannot read a Kubernetes version"),
+    ] {
+        let port = version_server(server);
+        let out = run_to_end(&[
+            &format!("--kubeconfig={kc}"),
+            &format!("--master=http://127.0.0.1:{port}"),
+            "--secure-port=0",
+        ]);
+        assert_user_error(&out, says);
+        assert_user_error(&out, "set --emulated-version=1.N");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            err.lines().filter(|l| l.starts_with("error:")).count(),
+            1,
+            "one error line:\n{err}"
+        );
+    }
+}
+
 /// Serving and identity flags: one clear line and exit 2 at start.
 #[test]
 fn bad_security_input_is_a_clear_error_with_exit_code_2() {

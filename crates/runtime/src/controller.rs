@@ -25,6 +25,9 @@ pub struct ControllerContext {
     pub burst: u32,
     /// `--feature-gates`.
     pub features: kcm_features::FeatureGates,
+    /// The Kubernetes minor whose KCM the controllers behave as (the API
+    /// server's, or `--emulated-version`).
+    pub version: kcm_features::KubeVersion,
     /// Per-controller settings from flags.
     pub settings: Settings,
     /// Cancelled when the process shuts down.
