@@ -269,3 +269,171 @@ async fn fault_proxy_forwards_streams_faults_and_cuts() {
         kcm_e2e::faults::summary(&records)
     );
 }
+
+/// A kcm-rs job-controller through a fault proxy, its log in `cp.dir()`.
+fn job_controller_via(
+    proxy: &kcm_e2e::faults::FaultProxy,
+    log: &std::path::Path,
+) -> std::process::Child {
+    let log = std::fs::File::create(log).expect("log file");
+    std::process::Command::new(support::kcm_rs_binary())
+        .arg(format!("--kubeconfig={}", proxy.kubeconfig().display()))
+        .args([
+            "--controllers=job-controller",
+            "--leader-elect=false",
+            "--secure-port=0",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("kcm-rs")
+}
+
+/// Runs an Indexed Job of three pods whose success policy is index 0: the
+/// test plays the kubelet, finishing index 0's pod; with `fault`, the next
+/// status write of the Job after that fails (500, not applied). Returns
+/// the terminal condition (`type reason`) and the counters.
+async fn success_policy_end(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    fault: Option<&kcm_e2e::faults::FaultProxy>,
+) -> (String, i32, i32) {
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::Pod;
+    use kcm_e2e::faults::{Fault, Script, When};
+    use kcm_e2e::wait::{wait_for, wait_for_list};
+    use kube::api::{Api, ListParams, PostParams};
+
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let job: Job = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"completions": 3, "parallelism": 3, "completionMode": "Indexed",
+            "backoffLimit": 0,
+            "successPolicy": {"rules": [{"succeededIndexes": "0"}]},
+            "template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "busybox"}]}}}
+    }))
+    .expect("job");
+    jobs.create(&PostParams::default(), &job)
+        .await
+        .expect("create");
+    let wait = Duration::from_secs(60);
+    wait_for(&jobs, name, wait, "3 active", |j| {
+        j.status.as_ref().and_then(|s| s.active) == Some(3)
+    })
+    .await
+    .expect("3 active");
+    if let Some(proxy) = fault {
+        proxy.script(Script {
+            method: "PUT".into(),
+            path_contains: format!("/jobs/{name}/status"),
+            fault: Fault::InternalError,
+            when: When::Before,
+            times: 1,
+        });
+    }
+    let sel = ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}"));
+    let listed = wait_for_list(&pods, &sel, wait, "3 pods", |p| p.len() == 3)
+        .await
+        .expect("3 pods");
+    let first = listed
+        .iter()
+        .find(|p| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("batch.kubernetes.io/job-completion-index"))
+                .is_some_and(|i| i == "0")
+        })
+        .and_then(|p| p.metadata.name.clone())
+        .expect("index 0's pod");
+    kcm_e2e::kubelet::finish_pod(&pods, &first, 0)
+        .await
+        .expect("index 0 succeeds");
+    let done = wait_for(&jobs, name, wait, "a terminal condition", |j| {
+        j.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.status == "True" && (c.type_ == "Complete" || c.type_ == "Failed"))
+            })
+    })
+    .await
+    .expect("the Job ends");
+    if let Some(proxy) = fault {
+        assert_eq!(proxy.scripts_left(), 0, "the status write was faulted");
+    }
+    let s = done.status.unwrap_or_default();
+    let end = s
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.status == "True" && (c.type_ == "Complete" || c.type_ == "Failed"))
+        .map(|c| format!("{} {}", c.type_, c.reason.unwrap_or_default()))
+        .unwrap_or_default();
+    (end, s.succeeded.unwrap_or(0), s.failed.unwrap_or(0))
+}
+
+/// Found by the fault runs of `make chaos` (success-policy Job: Failed
+/// BackoffLimitExceeded instead of Complete SuccessPolicy, with and without
+/// kills). When a Job's success policy is met, kcm-rs — as upstream
+/// 1.34–1.36 `syncJob` — deletes the lingering pods first and writes the
+/// interim `SuccessCriteriaMet` condition with the next status flush. If
+/// that write fails (any error: 5xx, 409, 429, a timeout, or the process
+/// dying), the next sync finds no `SuccessCriteriaMet`, counts the deleted
+/// pods as failed (deletionTimestamp, not Succeeded), checks the backoff
+/// limit before the success policy, and ends the Job Failed. Here:
+/// backoffLimit 0, two lingering pods, one failed status write.
+#[tokio::test]
+#[ignore = "exposes a kcm-rs (and upstream) ordering bug: a failed status write after the \
+            success-policy deletes ends the Job Failed/BackoffLimitExceeded; run with --ignored"]
+async fn success_policy_survives_a_failed_status_write() {
+    use kcm_e2e::faults::{FaultProxy, summary};
+
+    let cp = kcm_e2e::ControlPlane::start().expect("control plane");
+    let client = cp.client().await.expect("client");
+    let ns = kcm_e2e::TestNamespace::create(&client, "success-policy")
+        .await
+        .expect("namespace");
+    let proxy = FaultProxy::start(&cp, FaultSettings::none())
+        .await
+        .expect("proxy");
+    // Upstream KCM's job-controller first, through the same proxy, for
+    // the record (printed, not asserted).
+    let upstream = {
+        let kc = format!("--kubeconfig={}", proxy.kubeconfig().display());
+        let _kcm =
+            kcm_e2e::UpstreamKcm::start(&cp, &["job-controller"], &[&kc]).expect("upstream KCM");
+        let ns = kcm_e2e::TestNamespace::create(&client, "upstream-sp")
+            .await
+            .expect("namespace");
+        (
+            success_policy_end(&client, &ns.name, "calm", None).await,
+            success_policy_end(&client, &ns.name, "faulted", Some(&proxy)).await,
+        )
+    };
+    let log = cp.dir().join("kcm-rs.log");
+    let mut kcm = job_controller_via(&proxy, &log);
+    let control = success_policy_end(&client, &ns.name, "calm", None).await;
+    let faulted = success_policy_end(&client, &ns.name, "faulted", Some(&proxy)).await;
+    let _ = kcm.kill();
+    let _ = kcm.wait();
+    eprintln!(
+        "upstream KCM: without a fault {:?}, with one failed status write {:?}\n\
+         kcm-rs: without a fault {control:?}, with one failed status write {faulted:?}\n\
+         faults: {}",
+        upstream.0,
+        upstream.1,
+        summary(&proxy.records())
+    );
+    assert_eq!(control.0, "Complete SuccessPolicy", "{control:?}");
+    assert_eq!(
+        faulted.0,
+        "Complete SuccessPolicy",
+        "{faulted:?}\nkcm-rs log:\n{}",
+        kcm_e2e::control_plane::tail(&log, 40)
+    );
+}

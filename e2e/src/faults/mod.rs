@@ -150,8 +150,23 @@ impl Record {
     }
 }
 
+/// A fault for chosen requests, whatever the rate: the next `times`
+/// requests with method `method` whose path (and query) contains
+/// `path_contains` get `fault`, injected `when`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Script {
+    pub method: String,
+    pub path_contains: String,
+    pub fault: Fault,
+    /// Ignored (before) for faults that are not error answers, and for
+    /// error answers to reads.
+    pub when: When,
+    pub times: usize,
+}
+
 struct Inner {
     upstream: String,
+    scripts: Mutex<Vec<Script>>,
     client: forward::Upstream,
     planner: Mutex<plan::Planner>,
     stall: Mutex<Duration>,
@@ -163,6 +178,27 @@ struct Inner {
 }
 
 impl Inner {
+    /// The injection of the first script matching, counted down.
+    fn scripted(&self, method: &Method, path: &str) -> Option<plan::Injection> {
+        let mut scripts = self.scripts.lock();
+        let s = scripts.iter_mut().find(|s| {
+            s.times > 0
+                && s.method.eq_ignore_ascii_case(method.as_str())
+                && path.contains(&s.path_contains)
+        })?;
+        s.times -= 1;
+        let when = if plan::is_write(method) && s.fault.code().is_some() {
+            s.when
+        } else {
+            When::Before
+        };
+        Some(plan::Injection {
+            fault: s.fault,
+            when,
+            cut_after: self.planner.lock().cut_after.0,
+        })
+    }
+
     fn update(&self, id: usize, f: impl FnOnce(&mut Record)) {
         if let Some(r) = self.records.lock().get_mut(id) {
             f(r);
@@ -222,6 +258,7 @@ impl FaultProxy {
         std::fs::write(&kubeconfig, client_kubeconfig(addr))?;
         let inner = Arc::new(Inner {
             upstream,
+            scripts: Mutex::new(Vec::new()),
             client: forward::upstream_client(connector),
             planner: Mutex::new({
                 let mut p = plan::Planner::new(settings.seed, settings.rate, settings.watch_cut);
@@ -271,6 +308,16 @@ impl FaultProxy {
     pub fn rate(&self) -> f64 {
         self.inner.planner.lock().rate
     }
+    /// Adds a scripted fault (see [`Script`]); scripts are tried in the
+    /// order added, before the rate.
+    pub fn script(&self, s: Script) {
+        self.inner.scripts.lock().push(s);
+    }
+    /// Scripted faults not injected yet (`times` left).
+    pub fn scripts_left(&self) -> usize {
+        self.inner.scripts.lock().iter().map(|s| s.times).sum()
+    }
+
     /// Changes how long a stall holds an answer.
     pub fn set_stall(&self, stall: Duration) {
         *self.inner.stall.lock() = stall;
