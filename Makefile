@@ -29,9 +29,12 @@ run-examples:
 	$(MAKE) run DEV_ARGS="--exit-when-done $(DEV_ARGS)"
 
 ## test: formatting, lints, unit tests and end-to-end tests on a real API server.
+## The differential suites run on the oldest supported minor with the rest
+## of the tests, then again on the newest (make test-versions: all four).
 test: check-tools lint controlplane
 	$(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
+	$(MAKE) test-versions K8S_VERSIONS=1.37
 
 ## check-tools: the monitoring tests need promtool and prometheus (Debian
 ## package `prometheus`; .ci/run installs it).
