@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use kcm_runtime::host::HostSettings;
 
 /// Parses a Go duration string (`15s`, `1m30s`, `500ms`, `1.5h`), as KCM's
 /// flags accept.
@@ -226,6 +227,42 @@ pub struct Flags {
     /// How long in-flight syncs may take to finish after SIGTERM.
     #[arg(long, default_value = "30s", value_parser = parse_go_duration)]
     pub shutdown_grace_period: Duration,
+
+    /// A sync (or a pod GC pass without progress) running longer is
+    /// cancelled and its key retried with back-off. Default 5m.
+    #[arg(long, value_parser = sync_timeout)]
+    pub controller_sync_timeout: Option<Duration>,
+
+    /// A controller's /healthz check fails while a sync has run (without
+    /// progress) longer, or keys have waited longer with no sync finished.
+    /// Default 6m.
+    #[arg(long, value_parser = stall_timeout)]
+    pub controller_stall_timeout: Option<Duration>,
+}
+
+/// A positive Go duration.
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_go_duration(s)?;
+    if d.is_zero() {
+        return Err("must be more than 0".into());
+    }
+    Ok(d)
+}
+
+// The two bounds take effect as they are parsed: `main.rs` builds the
+// controllers' context field by field, and the host reads the process's
+// settings when each controller builds its host.
+
+fn sync_timeout(s: &str) -> Result<Duration, String> {
+    let d = positive_duration(s)?;
+    HostSettings::update_process(|h| h.sync_timeout = d);
+    Ok(d)
+}
+
+fn stall_timeout(s: &str) -> Result<Duration, String> {
+    let d = positive_duration(s)?;
+    HostSettings::update_process(|h| h.stall_timeout = d);
+    Ok(d)
 }
 
 #[cfg(test)]
@@ -279,6 +316,22 @@ mod tests {
         assert_eq!(f.leader_elect_lease_duration, Duration::from_secs(4));
         assert_eq!(f.kube_api_qps, 50.0);
         assert_eq!(f.verbosity, 4);
+    }
+
+    #[test]
+    fn controller_bounds_set_the_host_settings() {
+        let f = Flags::try_parse_from([
+            "kcm-rs",
+            "--controller-sync-timeout=90s",
+            "--controller-stall-timeout=2m",
+        ])
+        .expect("parse");
+        assert_eq!(f.controller_sync_timeout, Some(Duration::from_secs(90)));
+        let h = HostSettings::process();
+        assert_eq!(h.sync_timeout, Duration::from_secs(90));
+        assert_eq!(h.stall_timeout, Duration::from_secs(120));
+        assert!(Flags::try_parse_from(["kcm-rs", "--controller-sync-timeout=0"]).is_err());
+        assert!(Flags::try_parse_from(["kcm-rs", "--controller-stall-timeout=soon"]).is_err());
     }
 
     #[test]

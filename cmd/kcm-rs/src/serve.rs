@@ -68,11 +68,17 @@ async fn healthz_one(State(s): State<Shared>, Path(name): Path<String>) -> impl 
         return (StatusCode::OK, "ok".to_string());
     }
     let checks = s.checks.read();
-    match checks.iter().find(|(n, _)| *n == name) {
-        Some((_, h)) if h.ok() => (StatusCode::OK, "ok".to_string()),
-        Some(_) => (
+    // As KCM: the reason only here (an authorized path); `/healthz` is
+    // public and withholds it.
+    match checks
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, h)| h.reason())
+    {
+        Some(None) => (StatusCode::OK, "ok".to_string()),
+        Some(Some(reason)) => (
             StatusCode::INTERNAL_SERVER_ERROR,
-            format!("{name} failed\n"),
+            format!("internal server error: {reason}\n"),
         ),
         None => (StatusCode::NOT_FOUND, format!("no health check {name}\n")),
     }
@@ -153,5 +159,33 @@ mod tests {
         assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
         assert!(body.contains("[+]job-controller ok"), "{body}");
         assert!(body.contains("[-]disruption-controller failed"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn one_check_gives_its_reason_and_the_aggregate_withholds_it() {
+        let s = Arc::new(Status::default());
+        let h = Health::healthy("job-controller");
+        s.checks.write().push(("job-controller".into(), h.clone()));
+        let one = |s: &Shared| healthz_one(State(Arc::clone(s)), Path("job-controller".into()));
+        let ok = one(&s).await.into_response();
+        assert_eq!(ok.status(), StatusCode::OK);
+        h.fail("queue \"job\": sync of \"ns/j\" stuck");
+        let failed = one(&s).await.into_response();
+        assert_eq!(failed.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = axum::body::to_bytes(failed.into_body(), 1 << 16)
+            .await
+            .expect("body");
+        assert_eq!(
+            String::from_utf8_lossy(&body),
+            "internal server error: queue \"job\": sync of \"ns/j\" stuck\n"
+        );
+        let (_, verbose) = healthz_body(&s, true);
+        assert!(
+            verbose.contains("[-]job-controller failed: reason withheld"),
+            "{verbose}"
+        );
+        assert!(!verbose.contains("ns/j"), "{verbose}");
+        h.set(true);
+        assert_eq!(one(&s).await.into_response().status(), StatusCode::OK);
     }
 }

@@ -9,12 +9,12 @@ use k8s_openapi::api::core::v1::{Pod, ReplicationController};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kcm_runtime::events::{EventType, Recorder};
+use kcm_runtime::host::Host;
 use kcm_runtime::informer::{BY_NAMESPACE, Change, Informer, object_key};
 use kcm_runtime::workqueue::WorkQueue;
 use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::clock::Clock;
 use crate::events::{self as ev};
@@ -338,69 +338,52 @@ impl Controller {
         }
     }
 
-    /// The `disruption` worker.
-    async fn pdb_worker(self: Arc<Self>) {
-        while let Some(key) = self.queue.get().await {
-            let span = tracing::info_span!("pdb_sync", pdb = %key);
-            match self.sync(&key).instrument(span.clone()).await {
-                Ok(()) => self.queue.forget(&key),
-                Err(e) => {
-                    span.in_scope(|| tracing::warn!(error = %e, "error syncing PodDisruptionBudget, requeuing"));
-                    self.queue.add_rate_limited(key.clone());
-                }
-            }
-            self.queue.done(&key);
-        }
-    }
-
-    /// The `disruption_recheck` worker: due keys go back to the main queue
-    /// through its rate limiter, as upstream.
-    async fn recheck_worker(self: Arc<Self>) {
-        while let Some(key) = self.recheck.get().await {
-            self.queue.add_rate_limited(key.clone());
-            self.recheck.done(&key);
-        }
-    }
-
-    /// The `stale_pod_disruption` worker.
-    async fn stale_worker(self: Arc<Self>) {
-        while let Some(key) = self.stale.get().await {
-            let span = tracing::info_span!("stale_pod_disruption", pod = %key);
-            match self.sync_stale(&key).instrument(span.clone()).await {
-                Ok(()) => self.stale.forget(&key),
-                Err(e) => {
-                    span.in_scope(|| tracing::warn!(error = %e, "error clearing stale DisruptionTarget, requeuing"));
-                    self.stale.add_rate_limited(key.clone());
-                }
-            }
-            self.stale.done(&key);
-        }
-    }
-
-    /// Waits for the six caches, runs one worker per queue until `stop`,
-    /// then shuts the queues down.
-    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+    /// Waits for the six caches, then runs one worker per queue on the host
+    /// until `stop`, when the queues shut down and in-flight syncs finish.
+    /// The recheck worker moves due keys to the main queue through its rate
+    /// limiter, as upstream.
+    pub async fn run(self: Arc<Self>, host: Host, stop: CancellationToken) {
         tracing::info!(controller = crate::NAME, "starting");
-        let synced = async {
-            self.pods.wait_synced().await;
-            self.pdbs.wait_synced().await;
-            self.owners.rcs.wait_synced().await;
-            self.owners.rss.wait_synced().await;
-            self.owners.deployments.wait_synced().await;
-            self.owners.statefulsets.wait_synced().await;
-        };
-        let stopped = tokio::select! {
-            () = stop.cancelled() => true,
-            () = synced => false,
-        };
-        if !stopped {
-            let mut tasks = tokio::task::JoinSet::new();
-            tasks.spawn(Arc::clone(&self).pdb_worker());
-            tasks.spawn(Arc::clone(&self).recheck_worker());
-            tasks.spawn(Arc::clone(&self).stale_worker());
-            stop.cancelled().await;
-            self.shutdown();
-            while tasks.join_next().await.is_some() {}
+        host.track(&self.pods);
+        host.track(&self.pdbs);
+        host.track(&self.owners.rcs);
+        host.track(&self.owners.rss);
+        host.track(&self.owners.deployments);
+        host.track(&self.owners.statefulsets);
+        if host.wait_for_sync(&stop).await {
+            let me = Arc::clone(&self);
+            let pdbs = host
+                .workers(&self.queue, "PodDisruptionBudget")
+                .span(|key| tracing::info_span!("pdb_sync", pdb = %key))
+                .run(
+                    move |key: String| {
+                        let me = Arc::clone(&me);
+                        async move { me.sync(&key).await }
+                    },
+                    stop.clone(),
+                );
+            let me = Arc::clone(&self);
+            let recheck = host
+                .workers(&self.recheck, "PodDisruptionBudget recheck")
+                .run(
+                    move |key: String| {
+                        me.queue.add_rate_limited(key);
+                        async { Ok::<(), std::convert::Infallible>(()) }
+                    },
+                    stop.clone(),
+                );
+            let me = Arc::clone(&self);
+            let stale = host
+                .workers(&self.stale, "stale DisruptionTarget")
+                .span(|key| tracing::info_span!("stale_pod_disruption", pod = %key))
+                .run(
+                    move |key: String| {
+                        let me = Arc::clone(&me);
+                        async move { me.sync_stale(&key).await }
+                    },
+                    stop.clone(),
+                );
+            futures::join!(pdbs, recheck, stale);
         }
         self.shutdown();
         tracing::info!(controller = crate::NAME, "shut down");

@@ -36,8 +36,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kcm_features::Feature;
-use kcm_runtime::controller::{ControllerContext, ControllerSpec, Health, InitError, Started};
+use kcm_runtime::controller::{ControllerContext, ControllerSpec, InitError, Started};
 use kcm_runtime::events::Recorder;
+use kcm_runtime::host::Host;
 use kcm_runtime::informer::{BY_NAMESPACE, namespace_index};
 use kcm_runtime::workqueue::{RateLimit, WorkQueue};
 
@@ -100,10 +101,6 @@ pub fn build(ctx: &ControllerContext, clock: Clock) -> Result<Arc<Controller>, I
 
 fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     let c = build(ctx, Clock::system())?;
-    let health = Health::default();
-    health.set(true);
-    Ok(Started {
-        run: Box::pin(c.run(ctx.stop.clone())),
-        health,
-    })
+    let host = Host::new(NAME);
+    Ok(host.start(c.run(host.clone(), ctx.stop.clone()), ctx.stop.clone()))
 }

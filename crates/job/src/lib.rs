@@ -25,9 +25,10 @@ pub mod sync;
 
 use std::sync::Arc;
 
-use kcm_runtime::controller::{ControllerContext, ControllerSpec, Health, InitError, Started};
+use kcm_runtime::controller::{ControllerContext, ControllerSpec, InitError, Started};
 use kcm_runtime::events::Recorder;
 use kcm_runtime::expectations::{ControllerExpectations, UidTrackingExpectations};
+use kcm_runtime::host::Host;
 use kcm_runtime::informer::{
     BY_CONTROLLER_UID, BY_NAMESPACE, controller_uid_index, namespace_index,
 };
@@ -75,11 +76,10 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     });
     jc.register();
     metrics::metrics();
-    let health = Health::default();
-    health.set(true);
+    let host = Host::new(SPEC.name);
     let workers = ctx.settings.concurrent_job_syncs;
-    Ok(Started {
-        run: Box::pin(jc.run(workers, ctx.stop.clone())),
-        health,
-    })
+    Ok(host.start(
+        jc.run(host.clone(), workers, ctx.stop.clone()),
+        ctx.stop.clone(),
+    ))
 }

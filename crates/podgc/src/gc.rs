@@ -10,11 +10,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kcm_runtime::host::{Host, Progress};
 use kcm_runtime::informer::Informer;
 use kcm_runtime::workqueue::WorkQueue;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
-use tracing::Instrument;
 
 use crate::decide::{self, Collect, Config};
 use crate::metrics::metrics;
@@ -88,8 +88,9 @@ impl PodGc {
         Ok(())
     }
 
-    async fn collect_one(&self, c: &Collect) {
+    async fn collect_one(&self, c: &Collect, progress: &Progress) {
         let result = self.mark_failed_and_delete(c).await;
+        progress.tick();
         let labels = [c.namespace.as_str(), c.reason.label()];
         if let Err(e) = result {
             tracing::warn!("{e}");
@@ -98,9 +99,9 @@ impl PodGc {
         metrics().deleting.with_label_values(&labels).inc();
     }
 
-    async fn collect_concurrently(&self, list: &[Collect]) {
+    async fn collect_concurrently(&self, list: &[Collect], progress: &Progress) {
         futures::stream::iter(list)
-            .for_each_concurrent(None, |c| self.collect_one(c))
+            .for_each_concurrent(None, |c| self.collect_one(c, progress))
             .await;
     }
 
@@ -109,6 +110,7 @@ impl PodGc {
     async fn discover_deleted_nodes(
         &self,
         existing: &BTreeSet<String>,
+        progress: &Progress,
     ) -> Option<BTreeSet<String>> {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let mut deleted = BTreeSet::new();
@@ -116,7 +118,9 @@ impl PodGc {
             if existing.contains(&name) {
                 continue;
             }
-            match nodes.get_opt(&name).await {
+            let found = nodes.get_opt(&name).await;
+            progress.tick();
+            match found {
                 Ok(None) => {
                     deleted.insert(name);
                 }
@@ -127,8 +131,9 @@ impl PodGc {
         Some(deleted)
     }
 
-    /// One GC run over a consistent snapshot of the caches.
-    pub async fn gc(&self) {
+    /// One GC run over a consistent snapshot of the caches; `progress`
+    /// ticks after each API call.
+    pub async fn gc(&self, progress: &Progress) {
         let pods = self.pods.store().list();
         let nodes = self.nodes.store().list();
         let now = Timestamp::now();
@@ -136,38 +141,43 @@ impl PodGc {
         if !plan.terminated.is_empty() {
             tracing::info!(count = plan.terminated.len(), "Garbage collecting pods");
         }
-        self.collect_concurrently(&plan.terminated).await;
-        self.collect_concurrently(&plan.out_of_service).await;
+        self.collect_concurrently(&plan.terminated, progress).await;
+        self.collect_concurrently(&plan.out_of_service, progress)
+            .await;
         quarantine(&self.queue, &plan.missing_nodes, self.quarantine);
         let existing: BTreeSet<String> = nodes
             .iter()
             .filter_map(|n| n.metadata.name.clone())
             .collect();
-        let Some(deleted) = self.discover_deleted_nodes(&existing).await else {
+        let Some(deleted) = self.discover_deleted_nodes(&existing, progress).await else {
             return;
         };
         for c in decide::decide_orphans(&pods, &deleted, now, self.config) {
-            self.collect_one(&c).await;
+            self.collect_one(&c, progress).await;
         }
         for c in &plan.unscheduled {
-            self.collect_one(c).await;
+            self.collect_one(c, progress).await;
         }
     }
 
-    /// Waits for both caches, then runs `gc` at once and `period` after each
-    /// run finishes (upstream's sliding wait.Until), until `stop`.
-    pub async fn run(self, period: Duration, stop: tokio_util::sync::CancellationToken) {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = async { self.pods.wait_synced().await; self.nodes.wait_synced().await } => {}
+    /// Waits for both caches, then runs `gc` on the host at once and
+    /// `period` after each run finishes (upstream's sliding wait.Until),
+    /// until `stop`.
+    pub async fn run(
+        self,
+        host: Host,
+        period: Duration,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        host.track(&self.pods);
+        host.track(&self.nodes);
+        if !host.wait_for_sync(&stop).await {
+            return;
         }
-        loop {
-            self.gc().instrument(tracing::info_span!("podgc")).await;
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(period) => {}
-            }
-        }
+        let span = || tracing::info_span!("podgc");
+        let this = &self;
+        let pass = |p: Progress| async move { this.gc(&p).await };
+        host.run_periodic("pod GC", period, span, pass, &stop).await;
         self.queue.shutdown();
     }
 }

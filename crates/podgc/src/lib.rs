@@ -11,7 +11,8 @@ pub mod gc;
 pub mod metrics;
 
 use kcm_features::Feature;
-use kcm_runtime::controller::{ControllerContext, ControllerSpec, Health, InitError, Started};
+use kcm_runtime::controller::{ControllerContext, ControllerSpec, InitError, Started};
+use kcm_runtime::host::Host;
 use kcm_runtime::workqueue::{RateLimit, WorkQueue};
 
 /// KCM's name and alias for this controller.
@@ -41,12 +42,8 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
         quarantine: ctx.settings.pod_gc_quarantine,
     };
     metrics::metrics();
-    let health = Health::default();
-    health.set(true);
+    let host = Host::new(SPEC.name);
     let period = ctx.settings.pod_gc_period;
     let stop = ctx.stop.clone();
-    Ok(Started {
-        run: Box::pin(gc.run(period, stop)),
-        health,
-    })
+    Ok(host.start(gc.run(host.clone(), period, stop.clone()), stop))
 }

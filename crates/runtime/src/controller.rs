@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio_util::sync::CancellationToken;
 
@@ -105,18 +104,9 @@ impl ControllerContext {
 /// A running controller's workers.
 pub type RunFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// Liveness of one controller, served under `/healthz`.
-#[derive(Clone, Default)]
-pub struct Health(Arc<AtomicBool>);
-
-impl Health {
-    pub fn set(&self, ok: bool) {
-        self.0.store(ok, Ordering::Relaxed);
-    }
-    pub fn ok(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
-    }
-}
+/// Liveness of one controller, served under `/healthz`; fed by its
+/// [`Host`](crate::host::Host).
+pub use crate::host::Health;
 
 /// A controller that has registered its handlers and is ready to run.
 pub struct Started {

@@ -1,11 +1,23 @@
-//! The runtime every kcm-rs controller stands on: shared informers, keyed
-//! work queues with client-go semantics, expectations, a rate-limited client
-//! with bounded retries, the metrics registry and the event recorder.
+//! The runtime every kcm-rs controller stands on.
+//!
+//! Layout: [`informer`] (shared informers: one watch per kind, indexed
+//! stores, event fan-out) → handlers add keys to a [`workqueue`] (client-go
+//! semantics: dedupe, one worker per key, delays, per-key back-off) → the
+//! [`host`] runs each controller's workers over its queues (spans, sync
+//! timeout, panic safety, wait-for-sync) and feeds its [`Health`] →
+//! syncs write through [`client`] (rate-limited, bounded retries,
+//! per-controller identities) and record through [`events`];
+//! [`expectations`], [`selector`], [`metrics`] (the process registry),
+//! [`leader`] (leader election) and [`controller`] (the registry of
+//! controllers and what they get at start-up) complete it.
+//!
+//! [`Health`]: host::Health
 
 pub mod client;
 pub mod controller;
 pub mod events;
 pub mod expectations;
+pub mod host;
 pub mod informer;
 pub mod leader;
 pub mod metrics;

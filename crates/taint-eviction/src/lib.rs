@@ -26,10 +26,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kcm_features::Feature;
-use kcm_runtime::controller::{
-    ControllerContext, ControllerSpec, Health, InitError, RunFuture, Started,
-};
+use kcm_runtime::controller::{ControllerContext, ControllerSpec, InitError, Started};
 use kcm_runtime::events::Recorder;
+use kcm_runtime::host::{Guarded, Host};
 use kcm_runtime::informer::{BY_NODE_NAME, Informer, pod_node_index};
 use kcm_runtime::workqueue::{RateLimit, WorkQueue};
 use tokio_util::sync::CancellationToken;
@@ -71,11 +70,23 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
         Arc::clone(&events),
         ctx.features.enabled(Feature::PodDisruptionConditions),
     );
+    // Evictions run under the host's guard too: one that panics or runs
+    // past the sync timeout ends like a failed one (dropped, re-evaluated on
+    // a later pod or node event), freeing its pod's key.
+    let host = Host::new(NAME);
+    let evictions = host.activity("evictions", None);
+    let guard = host.clone();
     let work: WorkFn = Arc::new(move |args, fire_at| {
-        let evictor = evictor.clone();
+        let (evictor, host, evictions) = (evictor.clone(), guard.clone(), evictions.clone());
         Box::pin(async move {
+            let slot = evictions.begin(format!("eviction of pod {}", args.key()));
+            let then = "eviction dropped";
+            let span = tracing::Span::none();
             // Failures are logged inside; the eviction is then dropped.
-            let _ = evictor.evict(args, fire_at).await;
+            let evict = || evictor.evict(args, fire_at);
+            if let Guarded::Finished(_) = host.guard(&slot, &span, then, evict).await {
+                slot.finish(true);
+            }
         })
     });
     let cache = Arc::new(InformerCache {
@@ -84,27 +95,29 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     });
     let manager = Arc::new(TaintManager::new(cache, TimedQueue::new(work), events));
 
-    // Plain de-duplicating queues: nothing is retried through them.
+    // De-duplicating queues: only an item whose handling panicked is
+    // retried through them.
     let node_queue = WorkQueue::new(NODE_QUEUE, RateLimit::controller_default());
     let pod_queue = WorkQueue::new(POD_QUEUE, RateLimit::controller_default());
     handlers::register(&pods, &nodes, pod_queue.clone(), node_queue.clone());
 
-    let health = Health::default();
-    health.set(true);
-    let run: RunFuture = Box::pin(run(
+    let stop = ctx.stop.clone();
+    let run = run(
+        host.clone(),
         pods,
         nodes,
         manager,
         node_queue,
         pod_queue,
-        ctx.stop.clone(),
-    ));
-    Ok(Started { run, health })
+        stop.clone(),
+    );
+    Ok(host.start(run, stop))
 }
 
 /// Waits for both caches, runs the workers until `stop`, then stops the
 /// pending evictions and waits for the running ones.
 async fn run(
+    host: Host,
     pods: Arc<Informer<Pod>>,
     nodes: Arc<Informer<Node>>,
     manager: Arc<TaintManager>,
@@ -113,16 +126,11 @@ async fn run(
     stop: CancellationToken,
 ) {
     tracing::info!(controller = NAME, "starting");
-    let synced = async {
-        pods.wait_synced().await;
-        nodes.wait_synced().await;
-    };
-    let stopped = tokio::select! {
-        () = stop.cancelled() => true,
-        () = synced => false,
-    };
-    if !stopped {
+    host.track(&pods);
+    host.track(&nodes);
+    if host.wait_for_sync(&stop).await {
         workers::run(
+            &host,
             Arc::clone(&manager),
             node_queue.clone(),
             pod_queue.clone(),

@@ -3,12 +3,17 @@
 //! channels by FNV-32a hash of the node name, and workers that handle every
 //! pending node item of their shard before a pod item. A pod item hashes by
 //! its node, so a node and its pods are handled by one worker, in order.
+//! Each item is handled under the controller host's guard (a panic is
+//! caught, counted and the item requeued with back-off) and feeds the
+//! controller's health through one activity per queue.
 
 use std::sync::Arc;
 
+use kcm_runtime::host::{Activity, Guarded, Host};
 use kcm_runtime::workqueue::WorkQueue;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Span;
 
 use crate::manager::{PodItem, TaintManager};
 
@@ -34,6 +39,7 @@ pub fn shard(value: &str, shards: usize) -> usize {
 /// Runs the dispatchers and workers until `stop` is cancelled, then shuts
 /// both queues down.
 pub async fn run(
+    host: &Host,
     manager: Arc<TaintManager>,
     node_queue: WorkQueue<String>,
     pod_queue: WorkQueue<PodItem>,
@@ -42,19 +48,22 @@ pub async fn run(
     let mut node_txs = Vec::with_capacity(WORKERS);
     let mut pod_txs = Vec::with_capacity(WORKERS);
     let mut tasks = tokio::task::JoinSet::new();
+    let shared = Arc::new(Shared {
+        host: host.clone(),
+        manager,
+        nodes: host.queue_activity(&node_queue),
+        pods: host.queue_activity(&pod_queue),
+        node_queue: node_queue.clone(),
+        pod_queue: pod_queue.clone(),
+    });
+    shared.nodes.start();
+    shared.pods.start();
     for _ in 0..WORKERS {
         let (ntx, nrx) = mpsc::channel(NODE_CHANNEL_SIZE);
         let (ptx, prx) = mpsc::channel(POD_CHANNEL_SIZE);
         node_txs.push(ntx);
         pod_txs.push(ptx);
-        tasks.spawn(worker(
-            Arc::clone(&manager),
-            nrx,
-            prx,
-            node_queue.clone(),
-            pod_queue.clone(),
-            stop.clone(),
-        ));
+        tasks.spawn(worker(Arc::clone(&shared), nrx, prx, stop.clone()));
     }
     tasks.spawn(dispatch(node_queue.clone(), node_txs, stop.clone(), |n| {
         n.as_str()
@@ -98,31 +107,84 @@ async fn dispatch<K>(
     }
 }
 
+/// What every worker shares.
+struct Shared {
+    host: Host,
+    manager: Arc<TaintManager>,
+    nodes: Activity,
+    pods: Activity,
+    node_queue: WorkQueue<String>,
+    pod_queue: WorkQueue<PodItem>,
+}
+
+impl Shared {
+    /// Handles one item under the host's guard: `forget` when handled,
+    /// `add_rate_limited` when it panicked; `done` either way.
+    async fn handle<K>(
+        &self,
+        item: K,
+        (activity, queue): (&Activity, &WorkQueue<K>),
+        label: String,
+        apply: fn(&TaintManager, &K),
+    ) where
+        K: Clone + Eq + std::hash::Hash + Send + Sync + 'static,
+    {
+        let slot = activity.begin(label);
+        let then = "requeued with back-off";
+        let manager = &self.manager;
+        match self
+            .host
+            .guard(&slot, &Span::none(), then, || async {
+                apply(manager, &item)
+            })
+            .await
+        {
+            Guarded::Finished(()) => {
+                slot.finish(true);
+                queue.forget(&item);
+            }
+            Guarded::TimedOut | Guarded::Panicked(_) => {
+                drop(slot);
+                queue.add_rate_limited(item.clone());
+            }
+        }
+        queue.done(&item);
+    }
+
+    async fn node(&self, node: String) {
+        let label = format!("update of node {node:?}");
+        let on = (&self.nodes, &self.node_queue);
+        self.handle(node, on, label, |m, n| m.handle_node(n)).await;
+    }
+
+    async fn pod(&self, pod: PodItem) {
+        let label = format!(
+            "update of pod {}/{} on {:?}",
+            pod.namespace, pod.name, pod.node_name
+        );
+        let on = (&self.pods, &self.pod_queue);
+        self.handle(pod, on, label, TaintManager::handle_pod).await;
+    }
+}
+
 /// One worker: node items first; before each pod item, every node item
 /// already waiting in this shard.
 async fn worker(
-    manager: Arc<TaintManager>,
+    shared: Arc<Shared>,
     mut nodes: mpsc::Receiver<String>,
     mut pods: mpsc::Receiver<PodItem>,
-    node_queue: WorkQueue<String>,
-    pod_queue: WorkQueue<PodItem>,
     stop: CancellationToken,
 ) {
     loop {
         tokio::select! {
             biased;
             () = stop.cancelled() => return,
-            Some(node) = nodes.recv() => {
-                manager.handle_node(&node);
-                node_queue.done(&node);
-            }
+            Some(node) = nodes.recv() => shared.node(node).await,
             Some(pod) = pods.recv() => {
                 while let Ok(node) = nodes.try_recv() {
-                    manager.handle_node(&node);
-                    node_queue.done(&node);
+                    shared.node(node).await;
                 }
-                manager.handle_pod(&pod);
-                pod_queue.done(&pod);
+                shared.pod(pod).await;
             }
             else => return,
         }

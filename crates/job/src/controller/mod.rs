@@ -15,6 +15,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kcm_runtime::events::{EventType, Recorder};
 use kcm_runtime::expectations::{ControllerExpectations, UidTrackingExpectations};
+use kcm_runtime::host::Host;
 use kcm_runtime::informer::Informer;
 use kcm_runtime::workqueue::WorkQueue;
 use parking_lot::Mutex;
@@ -115,49 +116,35 @@ impl JobController {
             .event(&job_ref(job), kind, reason, message.into());
     }
 
-    async fn job_worker(self: Arc<Self>) {
-        while let Some(key) = self.queue.get().await {
-            let result = self.sync_job(&key).await;
-            match result {
-                Ok(()) => self.queue.forget(&key),
-                Err(e) => {
-                    tracing::warn!(job = %key, "syncing job: {e}");
-                    self.queue.add_rate_limited(key.clone());
-                }
-            }
-            self.queue.done(&key);
-        }
-    }
-
-    async fn orphan_worker(self: Arc<Self>) {
-        while let Some(key) = self.orphan_queue.get().await {
-            match self.sync_orphan(&key).await {
-                Ok(()) => self.orphan_queue.forget(&key),
-                Err(e) => {
-                    tracing::warn!(?key, "syncing orphan pods: {e}");
-                    self.orphan_queue.add_rate_limited(key.clone());
-                }
-            }
-            self.orphan_queue.done(&key);
-        }
-    }
-
     /// Waits for the caches, then runs `workers` job workers and as many
-    /// orphan workers until `stop`; in-flight syncs finish first.
-    pub async fn run(self: Arc<Self>, workers: u32, stop: CancellationToken) {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = async { self.jobs.wait_synced().await; self.pods.wait_synced().await } => {}
+    /// orphan workers on the host until `stop`; in-flight syncs finish first.
+    pub async fn run(self: Arc<Self>, host: Host, workers: u32, stop: CancellationToken) {
+        host.track(&self.jobs);
+        host.track(&self.pods);
+        if !host.wait_for_sync(&stop).await {
+            return;
         }
-        let mut tasks = Vec::new();
-        for _ in 0..workers.max(1) {
-            tasks.push(tokio::spawn(Arc::clone(&self).job_worker()));
-            tasks.push(tokio::spawn(Arc::clone(&self).orphan_worker()));
-        }
-        stop.cancelled().await;
-        self.queue.shutdown();
-        self.orphan_queue.shutdown();
-        futures::future::join_all(tasks).await;
+        let n = usize::try_from(workers).unwrap_or(usize::MAX);
+        let jc = Arc::clone(&self);
+        let jobs = host.workers(&self.queue, "job").count(n).run(
+            move |key: String| {
+                let jc = Arc::clone(&jc);
+                async move { jc.sync_job(&key).await }
+            },
+            stop.clone(),
+        );
+        let jc = Arc::clone(&self);
+        let orphans = host
+            .workers(&self.orphan_queue, "orphan pods")
+            .count(n)
+            .run(
+                move |key: OrphanKey| {
+                    let jc = Arc::clone(&jc);
+                    async move { jc.sync_orphan(&key).await }
+                },
+                stop,
+            );
+        futures::join!(jobs, orphans);
     }
 }
 

@@ -13,6 +13,7 @@ mod wire;
 
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -89,6 +90,42 @@ pub struct Informer<K: Informable> {
     handlers: RwLock<Vec<Handler<K>>>,
     synced: watch::Sender<bool>,
     kind: String,
+    /// Where the watch task stands: one of the `WATCH_*` values.
+    watch: AtomicU8,
+}
+
+/// [`Informer::run`] has not been called.
+const WATCH_IDLE: u8 = 0;
+/// The watch task runs.
+const WATCH_RUNNING: u8 = 1;
+/// The watch task ended because its stop token was cancelled.
+const WATCH_STOPPED: u8 = 2;
+/// The watch task ended on its own: the stream ended or a handler panicked.
+const WATCH_ENDED: u8 = 3;
+
+/// Marks the watch as running while alive and records how it ended when
+/// dropped, unwinding included.
+struct WatchGuard<'a> {
+    state: &'a AtomicU8,
+    stop: &'a CancellationToken,
+}
+
+impl<'a> WatchGuard<'a> {
+    fn new(state: &'a AtomicU8, stop: &'a CancellationToken) -> Self {
+        state.store(WATCH_RUNNING, Ordering::Release);
+        WatchGuard { state, stop }
+    }
+}
+
+impl Drop for WatchGuard<'_> {
+    fn drop(&mut self) {
+        let end = if self.stop.is_cancelled() {
+            WATCH_STOPPED
+        } else {
+            WATCH_ENDED
+        };
+        self.state.store(end, Ordering::Release);
+    }
 }
 
 impl<K: Informable> Informer<K> {
@@ -98,7 +135,15 @@ impl<K: Informable> Informer<K> {
             handlers: RwLock::new(Vec::new()),
             synced: watch::channel(false).0,
             kind: K::kind(&()).into_owned(),
+            watch: AtomicU8::new(WATCH_IDLE),
         }
+    }
+
+    /// True once the watch task has ended without being asked to stop: its
+    /// stream ended or a handler panicked. The store then no longer
+    /// changes; the controller host reports its controllers unhealthy.
+    pub fn watch_ended(&self) -> bool {
+        self.watch.load(Ordering::Acquire) == WATCH_ENDED
     }
 
     /// The kind this informer watches, e.g. `Pod`.
@@ -194,6 +239,7 @@ impl<K: Informable> Informer<K> {
         config: watcher::Config,
         stop: CancellationToken,
     ) {
+        let _alive = WatchGuard::new(&self.watch, &stop);
         let mut stream = watcher::watcher(api, config).default_backoff().boxed();
         let mut relist = None;
         loop {

@@ -382,6 +382,23 @@ where
         self.len() == 0
     }
 
+    /// How long the key at the head of the ready queue has been waiting for
+    /// a worker (since it was added or became due); `None` when no key is
+    /// ready. The controller host's liveness check reads it.
+    pub fn longest_waiting(&self) -> Option<Duration> {
+        let mut st = self.inner.state.lock();
+        let now = Instant::now();
+        let pushed = st.promote_due(now, &self.inner.metrics);
+        let age = st
+            .queue
+            .front()
+            .and_then(|k| st.dirty.get(k))
+            .map(|added| now.saturating_duration_since(*added));
+        drop(st);
+        self.wake(pushed);
+        age
+    }
+
     /// Number of keys scheduled for later that have not fired yet.
     pub fn scheduled_len(&self) -> usize {
         let mut st = self.inner.state.lock();

@@ -415,3 +415,21 @@ fn works_without_a_runtime() {
     assert_eq!(q.len(), 1);
     assert!(!q.cancel(&2));
 }
+
+#[tokio::test(start_paused = true)]
+async fn longest_waiting_is_the_age_of_the_head_of_the_ready_queue() {
+    let q = queue("test_longest_waiting");
+    assert_eq!(q.longest_waiting(), None);
+    q.add(k("a"));
+    advance(Duration::from_secs(3)).await;
+    q.add(k("b"));
+    assert_eq!(q.longest_waiting(), Some(Duration::from_secs(3)));
+    assert_eq!(get_now(&q).await.as_deref(), Some("a"));
+    assert_eq!(q.longest_waiting(), Some(Duration::ZERO), "b just arrived");
+    assert_eq!(get_now(&q).await.as_deref(), Some("b"));
+    assert_eq!(q.longest_waiting(), None, "keys in flight do not wait");
+    // A scheduled key waits from when it became due.
+    q.add_after(k("c"), Duration::from_secs(10));
+    advance(Duration::from_secs(12)).await;
+    assert_eq!(q.longest_waiting(), Some(Duration::from_secs(2)));
+}
