@@ -78,6 +78,7 @@ async fn start_at(
         stop: stop.child_token(),
         identities: Default::default(),
         fence: kcm_runtime::client::Fence::open(),
+        host_settings: Default::default(),
         version,
     };
     for spec in specs {

@@ -230,13 +230,13 @@ pub struct Flags {
 
     /// A sync (or a pod GC pass without progress) running longer is
     /// cancelled and its key retried with back-off. Default 5m.
-    #[arg(long, value_parser = sync_timeout)]
+    #[arg(long, value_parser = positive_duration)]
     pub controller_sync_timeout: Option<Duration>,
 
     /// A controller's /healthz check fails while a sync has run (without
     /// progress) longer, or keys have waited longer with no sync finished.
     /// Default 6m.
-    #[arg(long, value_parser = stall_timeout)]
+    #[arg(long, value_parser = positive_duration)]
     pub controller_stall_timeout: Option<Duration>,
 }
 
@@ -249,20 +249,11 @@ fn positive_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-// The two bounds take effect as they are parsed: `main.rs` builds the
-// controllers' context field by field, and the host reads the process's
-// settings when each controller builds its host.
-
-fn sync_timeout(s: &str) -> Result<Duration, String> {
-    let d = positive_duration(s)?;
-    HostSettings::update_process(|h| h.sync_timeout = d);
-    Ok(d)
-}
-
-fn stall_timeout(s: &str) -> Result<Duration, String> {
-    let d = positive_duration(s)?;
-    HostSettings::update_process(|h| h.stall_timeout = d);
-    Ok(d)
+impl Flags {
+    /// The controller hosts' bounds these flags give.
+    pub fn host_settings(&self) -> HostSettings {
+        HostSettings::from_flags(self.controller_sync_timeout, self.controller_stall_timeout)
+    }
 }
 
 #[cfg(test)]
@@ -327,9 +318,19 @@ mod tests {
         ])
         .expect("parse");
         assert_eq!(f.controller_sync_timeout, Some(Duration::from_secs(90)));
-        let h = HostSettings::process();
+        let h = f.host_settings();
         assert_eq!(h.sync_timeout, Duration::from_secs(90));
         assert_eq!(h.stall_timeout, Duration::from_secs(120));
+        let only_sync = Flags::try_parse_from(["kcm-rs", "--controller-sync-timeout=10m"])
+            .expect("parse")
+            .host_settings();
+        assert_eq!(only_sync.stall_timeout, Duration::from_secs(660));
+        assert_eq!(
+            Flags::try_parse_from(["kcm-rs"])
+                .expect("parse")
+                .host_settings(),
+            HostSettings::default()
+        );
         assert!(Flags::try_parse_from(["kcm-rs", "--controller-sync-timeout=0"]).is_err());
         assert!(Flags::try_parse_from(["kcm-rs", "--controller-stall-timeout=soon"]).is_err());
     }

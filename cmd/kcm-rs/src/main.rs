@@ -334,6 +334,7 @@ async fn run(
         stop: stop.child_token(),
         identities,
         fence: fence.clone(),
+        host_settings: flags.host_settings(),
     };
     let mut tasks = Vec::new();
     for spec in &selected {

@@ -38,7 +38,6 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kcm_features::Feature;
 use kcm_runtime::controller::{ControllerContext, ControllerSpec, InitError, Started};
 use kcm_runtime::events::Recorder;
-use kcm_runtime::host::Host;
 use kcm_runtime::informer::{BY_NAMESPACE, namespace_index};
 use kcm_runtime::workqueue::{RateLimit, WorkQueue};
 
@@ -101,6 +100,6 @@ pub fn build(ctx: &ControllerContext, clock: Clock) -> Result<Arc<Controller>, I
 
 fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     let c = build(ctx, Clock::system())?;
-    let host = Host::new(NAME);
+    let host = ctx.host(NAME);
     Ok(host.start(c.run(host.clone(), ctx.stop.clone()), ctx.stop.clone()))
 }

@@ -28,7 +28,6 @@ use std::sync::Arc;
 use kcm_runtime::controller::{ControllerContext, ControllerSpec, InitError, Started};
 use kcm_runtime::events::Recorder;
 use kcm_runtime::expectations::{ControllerExpectations, UidTrackingExpectations};
-use kcm_runtime::host::Host;
 use kcm_runtime::informer::{
     BY_CONTROLLER_UID, BY_NAMESPACE, controller_uid_index, namespace_index,
 };
@@ -76,7 +75,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     });
     jc.register();
     metrics::metrics();
-    let host = Host::new(SPEC.name);
+    let host = ctx.host(SPEC.name);
     let workers = ctx.settings.concurrent_job_syncs;
     Ok(host.start(
         jc.run(host.clone(), workers, ctx.stop.clone()),

@@ -12,7 +12,6 @@ pub mod metrics;
 
 use kcm_features::Feature;
 use kcm_runtime::controller::{ControllerContext, ControllerSpec, InitError, Started};
-use kcm_runtime::host::Host;
 use kcm_runtime::workqueue::{RateLimit, WorkQueue};
 
 /// KCM's name and alias for this controller.
@@ -42,7 +41,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
         quarantine: ctx.settings.pod_gc_quarantine,
     };
     metrics::metrics();
-    let host = Host::new(SPEC.name);
+    let host = ctx.host(SPEC.name);
     let period = ctx.settings.pod_gc_period;
     let stop = ctx.stop.clone();
     Ok(host.start(gc.run(host.clone(), period, stop.clone()), stop))

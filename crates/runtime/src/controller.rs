@@ -35,6 +35,9 @@ pub struct ControllerContext {
     /// client name (= its ServiceAccount in `kube-system`, as in KCM).
     /// Empty: every controller uses `kube_config`'s own credentials.
     pub identities: Arc<HashMap<String, TokenSource>>,
+    /// The bounds of every controller's host (`--controller-sync-timeout`,
+    /// `--controller-stall-timeout`).
+    pub host_settings: crate::host::HostSettings,
     /// The leadership write fence every controller client obeys: open
     /// without leader election, moved by each lease renewal with it.
     pub fence: crate::client::Fence,
@@ -72,6 +75,11 @@ impl Default for Settings {
 }
 
 impl ControllerContext {
+    /// The host that runs `controller`'s workers and feeds its health.
+    pub fn host(&self, controller: &'static str) -> crate::host::Host {
+        crate::host::Host::with_settings(controller, self.host_settings)
+    }
+
     /// A client of the controller's own, with its own QPS budget and user
     /// agent, as KCM gives each controller (`--kube-api-qps`/`--kube-api-burst`).
     pub fn client(&self, component: &'static str) -> Result<kube::Client, InitError> {

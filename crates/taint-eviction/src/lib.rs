@@ -73,7 +73,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     // Evictions run under the host's guard too: one that panics or runs
     // past the sync timeout ends like a failed one (dropped, re-evaluated on
     // a later pod or node event), freeing its pod's key.
-    let host = Host::new(NAME);
+    let host = ctx.host(NAME);
     let evictions = host.activity("evictions", None);
     let guard = host.clone();
     let work: WorkFn = Arc::new(move |args, fire_at| {

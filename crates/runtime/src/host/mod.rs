@@ -58,8 +58,8 @@
 //!   kind of rule: its pod lifecycle relist must complete within 3
 //!   minutes.)
 //!
-//! Both are flags (`--controller-sync-timeout`, `--controller-stall-timeout`);
-//! [`HostSettings::process`] holds what the flags set.
+//! Both are flags (`--controller-sync-timeout`, `--controller-stall-timeout`)
+//! that reach each controller through `ControllerContext::host`.
 //!
 
 mod health;
@@ -77,7 +77,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -115,21 +115,17 @@ impl Default for HostSettings {
     }
 }
 
-static PROCESS: RwLock<Option<HostSettings>> = parking_lot::const_rwlock(None);
-
 impl HostSettings {
-    /// The settings of this process: the defaults unless changed with
-    /// [`update_process`](Self::update_process) (the flags do).
-    pub fn process() -> Self {
-        PROCESS.read().unwrap_or_default()
-    }
-
-    /// Changes the process's settings; hosts built afterwards use them.
-    pub fn update_process(change: impl FnOnce(&mut HostSettings)) {
-        let mut s = PROCESS.write();
-        let mut next = s.unwrap_or_default();
-        change(&mut next);
-        *s = Some(next);
+    /// The settings from the two flags: a sync timeout alone moves the
+    /// stall bound to one minute past it (the stall bound must be longer).
+    pub fn from_flags(sync_timeout: Option<Duration>, stall_timeout: Option<Duration>) -> Self {
+        let sync_timeout = sync_timeout.unwrap_or(DEFAULT_SYNC_TIMEOUT);
+        let stall_timeout = stall_timeout
+            .unwrap_or_else(|| DEFAULT_STALL_TIMEOUT.max(sync_timeout + Duration::from_secs(60)));
+        HostSettings {
+            sync_timeout,
+            stall_timeout,
+        }
     }
 }
 
@@ -179,12 +175,6 @@ struct Inner {
 }
 
 impl Host {
-    /// The host of `controller` (its KCM name, the `controller` label and
-    /// health check name) with the process's settings.
-    pub fn new(controller: &'static str) -> Self {
-        Host::with_settings(controller, HostSettings::process())
-    }
-
     pub fn with_settings(controller: &'static str, settings: HostSettings) -> Self {
         let health = Health::healthy(controller);
         let informers: Arc<Mutex<Vec<Arc<dyn Tracked>>>> = Arc::default();
