@@ -15,7 +15,7 @@ mod support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
@@ -23,6 +23,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kcm_e2e::ControlPlane;
+use kcm_e2e::faults::{Fault, FaultProxy, FaultSettings, Script, When};
 use kcm_e2e::history::PodHistory;
 use kube::Api;
 use serde_json::{Value, json};
@@ -66,6 +67,10 @@ async fn start(cp: &ControlPlane, admin: &kube::Client, bin: &Path, who: &str) -
     let token = sa_token(admin, NS, who).await;
     let kubeconfig = cp.dir().join(format!("{who}.kubeconfig"));
     token_kubeconfig(cp.kubeconfig(), &token, &kubeconfig);
+    spawn(cp, bin, who, &kubeconfig)
+}
+
+fn spawn(cp: &ControlPlane, bin: &Path, who: &str, kubeconfig: &Path) -> Child {
     let log = std::fs::File::create(cp.dir().join(format!("{who}.log"))).expect("log");
     Command::new(bin)
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
@@ -275,4 +280,127 @@ async fn sigterm_mid_creation_hands_over_without_two_writers() {
         exited < RENEW_DEADLINE + Duration::from_secs(3),
         "the drain took {exited:?}"
     );
+}
+
+/// The lease partitioned away from a leader that can still write pods
+/// (every renewal through the fault proxy fails with a 500 before reaching
+/// the API server): its writes stop at its renew deadline, before the
+/// standby acquires, and nothing is created twice.
+#[tokio::test]
+async fn a_leader_that_cannot_renew_stops_writing_at_its_renew_deadline() {
+    let bin = kcm_rs_binary();
+    let cp = ControlPlane::start_with_audit().expect("control plane");
+    let admin = cp.client().await.expect("client");
+    identities(&admin).await;
+    let proxy = FaultProxy::start(&cp, FaultSettings::none())
+        .await
+        .expect("proxy");
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), NS);
+    // The old leader goes through the proxy (as the admin); the standby
+    // talks to the API server directly as leader-b.
+    let mut a = spawn(&cp, &bin, "leader-a-proxied", proxy.kubeconfig());
+    let first = wait_holder(&leases, None, Duration::from_secs(60)).await;
+    let mut b = start(&cp, &admin, &bin, "leader-b").await;
+    let ns = kcm_e2e::TestNamespace::create(&admin, "partition")
+        .await
+        .expect("ns");
+    let history = PodHistory::start(&admin, &ns.name).await;
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns.name);
+    create(&jobs, big_job("big")).await;
+    let began = Instant::now();
+    while active(&pods.list(&Default::default()).await.expect("list").items) < 20 {
+        assert!(began.elapsed() < Duration::from_secs(60), "no pods created");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    proxy.script(Script {
+        method: "PUT".into(),
+        path_contains: format!("/leases/{LEASE}"),
+        fault: Fault::InternalError,
+        when: When::Before,
+        times: 10_000,
+    });
+    let partitioned = Instant::now();
+    let exited = loop {
+        if a.try_wait().expect("wait").is_some() {
+            break partitioned.elapsed();
+        }
+        assert!(
+            partitioned.elapsed() < Duration::from_secs(60),
+            "old leader kept running"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let second = wait_holder(&leases, Some(&first), Duration::from_secs(60)).await;
+    assert_ne!(first, second);
+    let began = Instant::now();
+    loop {
+        let n = active(&pods.list(&Default::default()).await.expect("list").items);
+        if n >= PARALLELISM as usize {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(120),
+            "only {n} pods after the hand-over"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let _ = b.kill();
+    let _ = b.wait();
+
+    let records = proxy.records();
+    let is_lease = |r: &kcm_e2e::faults::Record| r.path.contains("/leases/");
+    let last_renewal = records
+        .iter()
+        .filter(|r| r.method == "PUT" && is_lease(r) && r.fault.is_none() && r.status == Some(200))
+        .filter_map(|r| r.forwarded)
+        .max()
+        .expect("renewals before the partition");
+    let a_writes: Vec<_> = records
+        .iter()
+        .filter(|r| r.is_write() && !is_lease(r) && r.reached_server())
+        .collect();
+    let a_last_sent = a_writes
+        .iter()
+        .filter_map(|r| r.forwarded)
+        .max()
+        .expect("old leader wrote");
+    let a_last_end = a_writes.iter().filter_map(|r| r.end).max().expect("ended");
+    let deadline = last_renewal + RENEW_DEADLINE;
+    let b_first = writes(&cp.audit_log())
+        .into_iter()
+        .filter(|w| w.user == username("leader-b"))
+        .min_by_key(|w| w.received)
+        .expect("new leader wrote");
+    let ms = |later: SystemTime, earlier: SystemTime| match later.duration_since(earlier) {
+        Ok(d) => d.as_millis() as i64,
+        Err(e) => -(e.duration().as_millis() as i64),
+    };
+    let b_first_at = SystemTime::from(b_first.received);
+    eprintln!(
+        "{} writes of the old leader; its last sent {} ms after its last renewal (renew deadline {} ms), \
+         its last answer {} ms before the new leader's first write ({} {}); old leader exited {exited:?} after the partition",
+        a_writes.len(),
+        ms(a_last_sent, last_renewal),
+        RENEW_DEADLINE.as_millis(),
+        ms(b_first_at, a_last_end),
+        b_first.verb,
+        b_first.resource,
+    );
+    assert!(
+        a_last_sent <= deadline,
+        "the old leader sent a write {} ms after its renew deadline",
+        ms(a_last_sent, deadline)
+    );
+    assert!(
+        a_last_end < b_first_at,
+        "the old leader wrote after the new one acquired"
+    );
+    let names: std::collections::HashSet<String> = history
+        .all()
+        .iter()
+        .filter_map(|s| s.pod().metadata.name.clone())
+        .collect();
+    assert_eq!(names.len(), PARALLELISM as usize, "pods ever created");
 }
