@@ -226,7 +226,10 @@ async fn run(
         .map_err(|e| Failure::User(format!("--feature-gates: {e}")))?;
     let ignored = gates.ignored();
     if !ignored.is_empty() {
-        tracing::info!(?ignored, "feature gates accepted as kube-controller-manager {behaves_as} does; no kcm-rs controller reads them");
+        tracing::info!(
+            ?ignored,
+            "feature gates accepted as kube-controller-manager {behaves_as} does; no kcm-rs controller reads them"
+        );
     }
     tracing::info!(
         feature_gates = %gates,
