@@ -47,7 +47,6 @@ pub const ACTION_TRACKING: &str = "tracking";
 pub const ACTION_PODS_CREATED: &str = "pods_created";
 pub const ACTION_PODS_DELETED: &str = "pods_deleted";
 
-
 /// What a sync starts from: a copy of the cached Job and its claimed pods.
 #[derive(Debug, Clone)]
 pub struct Input {

@@ -61,7 +61,10 @@ mod tests {
             .iter()
             .map(|c| (c.clear_start_time_on_suspend, c.read_your_writes))
             .collect();
-        assert_eq!(rows, [(false, false), (false, false), (true, true), (true, true)]);
+        assert_eq!(
+            rows,
+            [(false, false), (false, false), (true, true), (true, true)]
+        );
         let on35 = FeatureGates::parse_for(
             KubeVersion::new(35).expect("v"),
             "MutableSchedulingDirectivesForSuspendedJobs=true",
