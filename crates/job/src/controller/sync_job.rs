@@ -135,6 +135,11 @@ impl JobController {
         };
         let mut ctx = prepare(input);
         let work = pod_work(&mut ctx);
+        if tracking::record_success_before_deletes(&mut ctx, &work)
+            && let Err(e) = self.write_status(ns, name, &mut ctx).await
+        {
+            return (ctx.action, Err(SyncError::Flush1(e)));
+        }
         let (outcome, pod_error) = self.do_pod_work(key, &ctx, &work).await;
         apply_outcome(&mut ctx, &work, outcome);
         for e in std::mem::take(&mut ctx.events) {

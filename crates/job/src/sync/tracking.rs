@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kcm_conditions::job::{ensure_job_condition_status, new_job_condition};
 
+use super::manage::PodWork;
 use super::{JobCtx, MAX_UNCOUNTED_PODS, uid};
 use crate::pod_failure_policy::{effective_policy, match_pod_failure_policy};
 use crate::pods::{
@@ -225,6 +226,39 @@ pub fn plan(ctx: &mut JobCtx, needs_flush: bool) -> Tracking {
         reached_max,
         old_status,
     }
+}
+
+/// Stage 2b, between the pod work's decision and its writes: when a met
+/// success policy is about to delete the Job's remaining pods, the interim
+/// `SuccessCriteriaMet` condition goes into the status first, and the
+/// executor writes it before deleting (returns true). Upstream writes it
+/// after the deletes, with the next flush; when that write fails, the next
+/// sync sees no `SuccessCriteriaMet`, counts the deleted pods as failed
+/// (terminating, not succeeded), checks the backoff limit before the
+/// success policy and can end the Job Failed. Deliberate deviation: one
+/// more status write per Job that ends by its success policy with pods
+/// still running (found by the fault runs of `make chaos`).
+pub fn record_success_before_deletes(ctx: &mut JobCtx, work: &PodWork) -> bool {
+    let PodWork::DeleteActive(pods) = work else {
+        return false;
+    };
+    let Some(f) = ctx
+        .finished
+        .clone()
+        .filter(|f| f.type_ == "SuccessCriteriaMet")
+    else {
+        return false;
+    };
+    if pods.is_empty() {
+        return false;
+    }
+    let status = ctx.job.status.get_or_insert_with(Default::default);
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    if super::prepare::true_condition(conditions, "SuccessCriteriaMet").is_some() {
+        return false;
+    }
+    conditions.push(f);
+    true
 }
 
 /// What stage 5 decided.

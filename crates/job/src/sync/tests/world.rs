@@ -234,6 +234,10 @@ impl World {
         };
         let mut ctx = prepare(input);
         let work = pod_work(&mut ctx);
+        let mut report_writes = Vec::new();
+        if super::super::tracking::record_success_before_deletes(&mut ctx, &work) {
+            self.write(ctx.job.status.clone(), &mut report_writes);
+        }
         let mut outcome = Outcome::default();
         match &work {
             PodWork::DeleteActive(pods) => {
@@ -273,7 +277,7 @@ impl World {
         let events = std::mem::take(&mut ctx.events);
         let mut report = Report {
             work: work.clone(),
-            writes: Vec::new(),
+            writes: report_writes,
             finished: false,
             events,
             action: ctx.action,
