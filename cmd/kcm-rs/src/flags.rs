@@ -103,6 +103,18 @@ pub struct Flags {
     #[arg(long, default_value_t = 5)]
     pub concurrent_job_syncs: u32,
 
+    /// Number of PodDisruptionBudgets synced concurrently (KCM 1.37's flag;
+    /// accepted on every minor). 0 is refused: upstream accepts it and then
+    /// never syncs a PDB.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub concurrent_disruption_syncs: u32,
+
+    /// Time the controllers get to finish in-flight work after SIGTERM
+    /// (KCM 1.35+; kcm-rs never drains past the leadership fence).
+    /// Unset: `--shutdown-grace-period`.
+    #[arg(long, value_parser = parse_go_duration)]
+    pub controller_shutdown_timeout: Option<Duration>,
+
     /// Number of terminated pods that can exist before the terminated pod
     /// garbage collector deletes them; 0 disables that part of pod GC.
     #[arg(long, default_value_t = 12500)]
@@ -340,6 +352,24 @@ mod tests {
         assert!(Flags::try_parse_from(["kcm-rs", "--leader-elect-retry-period=soon"]).is_err());
         assert!(Flags::try_parse_from(["kcm-rs", "--kube-api-burst=-1"]).is_err());
         assert!(Flags::try_parse_from(["kcm-rs", "--no-such-flag"]).is_err());
+    }
+
+    #[test]
+    fn newer_kcm_flags() {
+        let f = Flags::try_parse_from([
+            "kcm-rs",
+            "--concurrent-disruption-syncs=3",
+            "--controller-shutdown-timeout=5s",
+        ])
+        .expect("parse");
+        assert_eq!(f.concurrent_disruption_syncs, 3);
+        assert_eq!(f.controller_shutdown_timeout, Some(Duration::from_secs(5)));
+        let d = Flags::try_parse_from(["kcm-rs"]).expect("parse");
+        assert_eq!(
+            (d.concurrent_disruption_syncs, d.controller_shutdown_timeout),
+            (1, None)
+        );
+        assert!(Flags::try_parse_from(["kcm-rs", "--concurrent-disruption-syncs=0"]).is_err());
     }
 
     #[test]

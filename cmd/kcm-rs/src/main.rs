@@ -329,6 +329,7 @@ async fn run(
         version: behaves_as,
         settings: controller::Settings {
             concurrent_job_syncs: flags.concurrent_job_syncs,
+            concurrent_disruption_syncs: flags.concurrent_disruption_syncs,
             terminated_pod_gc_threshold: flags.terminated_pod_gc_threshold,
             pod_gc_period: flags.pod_gc_period,
             pod_gc_quarantine: flags.pod_gc_quarantine,
@@ -362,11 +363,10 @@ async fn run(
 
     // The drain ends at the grace period, or earlier when the fence passes
     // (no renewals after the signal): past it no write could land anyway.
-    let grace = fence
-        .remaining()
-        .map_or(flags.shutdown_grace_period, |left| {
-            left.min(flags.shutdown_grace_period)
-        });
+    let bound = flags
+        .controller_shutdown_timeout
+        .unwrap_or(flags.shutdown_grace_period);
+    let grace = fence.remaining().map_or(bound, |left| left.min(bound));
     let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
     let drain = futures::future::join_all(tasks);
     if tokio::time::timeout(grace, drain).await.is_err() {

@@ -115,6 +115,8 @@ pub struct Controller {
     /// None when `PodDisruptionConditions` is off: no stale-condition work.
     pub stale_timeout: Option<Duration>,
     pub clock: Clock,
+    /// PDB workers (`--concurrent-disruption-syncs`, KCM 1.37; 1 before).
+    pub pdb_workers: usize,
 }
 
 impl Controller {
@@ -338,7 +340,8 @@ impl Controller {
         }
     }
 
-    /// Waits for the six caches, then runs one worker per queue on the host
+    /// Waits for the six caches, then runs `pdb_workers` PDB workers and one
+    /// recheck and one stale-condition worker on the host
     /// until `stop`, when the queues shut down and in-flight syncs finish.
     /// The recheck worker moves due keys to the main queue through its rate
     /// limiter, as upstream.
@@ -354,6 +357,7 @@ impl Controller {
             let me = Arc::clone(&self);
             let pdbs = host
                 .workers(&self.queue, "PodDisruptionBudget")
+                .count(self.pdb_workers)
                 .span(|key| tracing::info_span!("pdb_sync", pdb = %key))
                 .run(
                     move |key: String| {

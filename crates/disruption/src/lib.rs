@@ -92,6 +92,9 @@ pub fn build(ctx: &ControllerContext, clock: Clock) -> Result<Arc<Controller>, I
         recheck: WorkQueue::new(RECHECK_QUEUE, RateLimit::controller_default()),
         stale: WorkQueue::new(STALE_QUEUE, RateLimit::controller_default()),
         stale_timeout,
+        pdb_workers: usize::try_from(ctx.settings.concurrent_disruption_syncs)
+            .unwrap_or(1)
+            .max(1),
         clock,
     });
     c.register();

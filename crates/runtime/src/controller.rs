@@ -48,6 +48,8 @@ pub struct ControllerContext {
 pub struct Settings {
     /// `--concurrent-job-syncs` (KCM default 5).
     pub concurrent_job_syncs: u32,
+    /// `--concurrent-disruption-syncs` (KCM 1.37, default 1).
+    pub concurrent_disruption_syncs: u32,
     /// `--terminated-pod-gc-threshold` (KCM default 12500; <= 0 disables
     /// only the terminated-pod pass).
     pub terminated_pod_gc_threshold: i64,
@@ -66,6 +68,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             concurrent_job_syncs: 5,
+            concurrent_disruption_syncs: 1,
             terminated_pod_gc_threshold: 12_500,
             pod_gc_period: std::time::Duration::from_secs(20),
             pod_gc_quarantine: std::time::Duration::from_secs(40),
