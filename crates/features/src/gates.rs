@@ -32,8 +32,8 @@ pub enum FeatureGateError {
     #[error("{name} is enabled, but depends on features that are disabled: [{}]", .deps.join(" "))]
     Dependency { name: String, deps: Vec<String> },
     #[error(
-        "kcm-rs implements {name} only as {default} (kube-controller-manager {version} accepts \
-         {name}={value})"
+        "kcm-rs implements {name} only as {default}, not {value} (a gate of kube-controller-manager \
+         {version} that kcm-rs reads)"
     )]
     Unsupported {
         name: String,

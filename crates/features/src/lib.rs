@@ -191,7 +191,7 @@ mod tests {
         let e = err(34, "JobManagedBy=false");
         assert_eq!(
             e,
-            "kcm-rs implements JobManagedBy only as true (kube-controller-manager 1.34 accepts JobManagedBy=false)"
+            "kcm-rs implements JobManagedBy only as true, not false (a gate of kube-controller-manager 1.34 that kcm-rs reads)"
         );
         assert!(err(35, "TaintTolerationComparisonOperators=true").contains("only as false"));
         // Through AllAlpha: kept at the default, not refused.
