@@ -72,7 +72,14 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
         finished_jobs: Default::default(),
         backoff: backoff::BackoffStore::new(),
         config: sync::Config::new(&ctx.features),
+        rw: controller::consistency::ReadYourWrites::new(
+            sync::Config::new(&ctx.features).read_your_writes,
+        ),
     });
+    if ctx.version.at_least(36) {
+        // Upstream registers the family on 1.36+ whatever the gate says.
+        metrics::stale_sync_skips();
+    }
     jc.register();
     metrics::metrics();
     let host = ctx.host(SPEC.name);

@@ -83,6 +83,19 @@ pub fn metrics() -> &'static Metrics {
     })
 }
 
+/// `job_controller_stale_sync_skips_total{group,resource}` (KCM 1.36+):
+/// registered on first use, which the controller makes at start on 1.36+.
+pub fn stale_sync_skips() -> &'static IntCounterVec {
+    static C: OnceLock<IntCounterVec> = OnceLock::new();
+    C.get_or_init(|| {
+        counter(
+            "job_controller_stale_sync_skips_total",
+            "Total number of Job syncs skipped due to a stale watch cache.",
+            &["group", "resource"],
+        )
+    })
+}
+
 /// At most this many distinct `controller_name` values; later ones count
 /// under [`OTHER_CONTROLLER`]. `spec.managedBy` is user data: without a
 /// bound, anyone who may create Jobs could grow the metrics without end

@@ -26,6 +26,11 @@ impl JobController {
     pub(super) async fn pods_for_job(&self, job: &Job) -> (Vec<Arc<Pod>>, Option<kube::Error>) {
         let ns = job.metadata.namespace.clone().unwrap_or_default();
         let uid = job.metadata.uid.clone().unwrap_or_default();
+        let job_key = format!(
+            "{}/{}",
+            job.metadata.namespace.as_deref().unwrap_or(""),
+            job.metadata.name.as_deref().unwrap_or("")
+        );
         let sel = job
             .spec
             .as_ref()
@@ -52,12 +57,18 @@ impl JobController {
                         "$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER],
                     }
                 });
-                if let Err(e) = api
+                match api
                     .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
                     .await
-                    && !is_404_or_422(&e)
                 {
-                    error = Some(e);
+                    Ok(p) => self.rw.on_write(
+                        &job_key,
+                        &uid,
+                        super::consistency::Resource::Pods,
+                        p.metadata.resource_version.as_deref(),
+                    ),
+                    Err(e) if !is_404_or_422(&e) => error = Some(e),
+                    Err(_) => {}
                 }
             }
         }
@@ -106,7 +117,13 @@ impl JobController {
                 .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
                 .await
             {
-                Ok(_) => {
+                Ok(patched) => {
+                    self.rw.on_write(
+                        &job_key,
+                        &uid,
+                        super::consistency::Resource::Pods,
+                        patched.metadata.resource_version.as_deref(),
+                    );
                     // Treat it as tracked for the rest of this sync.
                     let mut p = (*pod).clone();
                     p.metadata

@@ -277,6 +277,7 @@ impl JobController {
         // one's pod creations or deletions (upstream 1.37).
         let key = object_key(job);
         self.expectations.delete_expectations(&key);
+        self.rw.forget(&key, job.metadata.uid.as_deref());
         self.finalizer_expectations.delete_expectations(&key);
         self.enqueue_after(job, Duration::ZERO);
         if let Some(uid) = job.metadata.uid.as_ref() {

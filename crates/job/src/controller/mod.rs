@@ -2,6 +2,7 @@
 //! `job_orphan_pod` queues, expectations, and the workers that run syncs.
 
 mod claim;
+pub mod consistency;
 mod handlers;
 mod orphans;
 mod pod_control;
@@ -90,6 +91,8 @@ pub struct JobController {
     pub backoff: BackoffStore,
     pub recorder: Recorder,
     pub config: Config,
+    /// Read-your-writes (1.36+), see [`consistency`].
+    pub rw: consistency::ReadYourWrites,
 }
 
 /// The core/v1 reference of a Job, for events.

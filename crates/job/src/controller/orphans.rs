@@ -18,8 +18,12 @@ pub fn remove_finalizer_patch() -> serde_json::Value {
     json!({ "metadata": { "$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER] } })
 }
 
-/// Removes the tracking finalizer; NotFound counts as done.
-pub async fn remove_finalizer(client: &kube::Client, pod: &Pod) -> Result<(), kube::Error> {
+/// Removes the tracking finalizer; NotFound counts as done. Returns the
+/// resourceVersion the patch returned (none after NotFound).
+pub async fn remove_finalizer(
+    client: &kube::Client,
+    pod: &Pod,
+) -> Result<Option<String>, kube::Error> {
     let api: Api<Pod> = Api::namespaced(
         client.clone(),
         pod.metadata.namespace.as_deref().unwrap_or(""),
@@ -33,8 +37,8 @@ pub async fn remove_finalizer(client: &kube::Client, pod: &Pod) -> Result<(), ku
         )
         .await
     {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Ok(p) => Ok(p.metadata.resource_version),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
         Err(e) => Err(e),
     }
 }
@@ -95,6 +99,15 @@ impl JobController {
                 return Ok(());
             }
         }
-        remove_finalizer(&self.client, pod).await
+        let rv = remove_finalizer(&self.client, pod).await?;
+        // Filed under the owning Job only while it exists, so a deleted
+        // Job's orphans leave no record behind.
+        if let Some(r) = super::handlers::controller_of(pod) {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+            if self.jobs.store().get(&format!("{ns}/{}", r.name)).is_some() {
+                self.record_pod_write(pod, rv.as_deref());
+            }
+        }
+        Ok(())
     }
 }

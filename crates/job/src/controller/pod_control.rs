@@ -225,6 +225,12 @@ impl JobController {
                 match r {
                     Ok(created) => {
                         ok += 1;
+                        self.rw.on_write(
+                            key,
+                            job.metadata.uid.as_deref().unwrap_or(""),
+                            super::consistency::Resource::Pods,
+                            created.metadata.resource_version.as_deref(),
+                        );
                         self.event(
                             job,
                             false,

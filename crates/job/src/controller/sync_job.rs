@@ -15,9 +15,10 @@ use kube::api::{Patch, PatchParams, PostParams};
 use tracing::Instrument;
 
 use super::JobController;
+use super::consistency::Resource;
 use super::handlers::{is_finished, managed_by_other};
 use super::orphans::remove_finalizer_patch;
-use crate::metrics::metrics;
+use crate::metrics::{self, metrics};
 use crate::pods::is_indexed;
 use crate::sync::manage::{apply_outcome, pod_work};
 use crate::sync::tracking::{self, Tracking};
@@ -37,6 +38,8 @@ pub enum SyncError {
     RemoveFinalizers(kube::Error),
     #[error("managing pods: {0}")]
     Pods(kube::Error),
+    #[error(transparent)]
+    Stale(#[from] super::consistency::Stale),
 }
 
 pub(super) fn is_not_found(e: &kube::Error) -> bool {
@@ -58,6 +61,19 @@ impl JobController {
         LeanApi::namespaced(self.client.clone(), ns)
     }
 
+    /// Files a pod write of ours under the pod's controller (1.36+).
+    pub(super) fn record_pod_write(&self, pod: &Pod, rv: Option<&str>) {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        if let Some(owner) = super::handlers::controller_of(pod) {
+            self.rw.on_write(
+                &format!("{ns}/{}", owner.name),
+                &owner.uid,
+                Resource::Pods,
+                rv,
+            );
+        }
+    }
+
     pub(super) async fn sync_job(&self, key: &str) -> Result<(), SyncError> {
         let started = Instant::now();
         let Some((ns, name)) = key
@@ -66,7 +82,18 @@ impl JobController {
         else {
             return Err(SyncError::InvalidKey(key.to_string()));
         };
+        // 1.36+: not on caches older than our own last writes.
+        if let Err(stale) = self.rw.check(key, |r| match r {
+            Resource::Pods => self.pods.last_resource_version(),
+            Resource::Jobs => self.jobs.last_resource_version(),
+        }) {
+            metrics::stale_sync_skips()
+                .with_label_values(&stale.resource.labels())
+                .inc();
+            return Err(stale.into());
+        }
         let Some(shared) = self.jobs.store().get(key) else {
+            self.rw.forget(key, None);
             self.expectations.delete_expectations(key);
             self.finalizer_expectations.delete_expectations(key);
             self.backoff.remove(key);
@@ -77,6 +104,7 @@ impl JobController {
         }
         let uid = shared.metadata.uid.clone().unwrap_or_default();
         if is_finished(&shared) {
+            self.rw.forget(key, Some(&uid));
             self.backoff.remove(key);
             self.finished_jobs.lock().remove(&uid);
             return Ok(());
@@ -175,6 +203,12 @@ impl JobController {
         let written = LeanApi::<Job>::namespaced(self.client.clone(), ns)
             .replace_status(name, &PostParams::default(), &ctx.job)
             .await?;
+        self.rw.on_write(
+            &format!("{ns}/{name}"),
+            ctx.job.metadata.uid.as_deref().unwrap_or(""),
+            Resource::Jobs,
+            written.metadata.resource_version.as_deref(),
+        );
         ctx.job.metadata.resource_version = written.metadata.resource_version;
         Ok(())
     }
@@ -339,6 +373,9 @@ impl JobController {
                             &Patch::Strategic(remove_finalizer_patch()),
                         )
                         .await;
+                    if let Ok(w) = &r {
+                        self.record_pod_write(&p, w.metadata.resource_version.as_deref());
+                    }
                     (uid, r.map(|_| ()))
                 })
                 .buffer_unordered(64)

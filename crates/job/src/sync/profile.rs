@@ -6,7 +6,7 @@
 //! | difference | from | gate |
 //! |---|---|---|
 //! | suspending clears `status.startTime` | 1.35 (off), 1.36 (on) | `MutableSchedulingDirectivesForSuspendedJobs` |
-//! | read-your-writes check before a sync | 1.36 | `StaleControllerConsistencyJob` |
+//! | read-your-writes check before a sync (`controller::consistency`) | 1.36 | `StaleControllerConsistencyJob` |
 //!
 //! What kcm-rs does the newer way on every minor (listed deviations in the
 //! README): `status.active` while creation waits for back-off (1.36), the

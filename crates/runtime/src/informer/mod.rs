@@ -13,7 +13,7 @@ mod wire;
 
 use std::fmt::Debug;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -92,6 +92,8 @@ pub struct Informer<K: Informable> {
     kind: String,
     /// Where the watch task stands: one of the `WATCH_*` values.
     watch: AtomicU8,
+    /// The highest resourceVersion applied to the store (0: none yet).
+    last_rv: AtomicU64,
 }
 
 /// [`Informer::run`] has not been called.
@@ -136,6 +138,7 @@ impl<K: Informable> Informer<K> {
             synced: watch::channel(false).0,
             kind: K::kind(&()).into_owned(),
             watch: AtomicU8::new(WATCH_IDLE),
+            last_rv: AtomicU64::new(0),
         }
     }
 
@@ -144,6 +147,25 @@ impl<K: Informable> Informer<K> {
     /// changes; the controller host reports its controllers unhealthy.
     pub fn watch_ended(&self) -> bool {
         self.watch.load(Ordering::Acquire) == WATCH_ENDED
+    }
+
+    /// The highest resourceVersion of an object this informer has applied
+    /// (added, updated or deleted), `None` before the first. A write that
+    /// returned resourceVersion `r` is visible here once this is `>= r`:
+    /// the write's own watch event carries `r`. (Upstream's informer also
+    /// counts list versions and bookmarks, which kube's watcher does not
+    /// surface; our own writes always come back as events.)
+    pub fn last_resource_version(&self) -> Option<u64> {
+        match self.last_rv.load(Ordering::Acquire) {
+            0 => None,
+            rv => Some(rv),
+        }
+    }
+
+    fn saw(&self, obj: &K) {
+        if let Some(rv) = obj.meta().resource_version.as_deref().and_then(parse_rv) {
+            self.last_rv.fetch_max(rv, Ordering::AcqRel);
+        }
     }
 
     /// The kind this informer watches, e.g. `Pod`.
@@ -189,6 +211,9 @@ impl<K: Informable> Informer<K> {
     /// handler lock is held while the store changes, so a handler being
     /// registered sees each change exactly once.
     fn apply(&self, event: Event<K>, relist: &mut Option<Vec<K>>) {
+        if let Event::InitApply(obj) | Event::Apply(obj) | Event::Delete(obj) = &event {
+            self.saw(obj);
+        }
         match event {
             Event::Init => *relist = Some(Vec::new()),
             Event::InitApply(obj) => match relist {
@@ -256,6 +281,15 @@ impl<K: Informable> Informer<K> {
             }
         }
     }
+}
+
+/// A resourceVersion as etcd writes them: a decimal without a leading zero
+/// (apimachinery's `CompareResourceVersion` refuses anything else).
+pub fn parse_rv(rv: &str) -> Option<u64> {
+    if rv.is_empty() || rv.starts_with('0') || !rv.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    rv.parse().ok()
 }
 
 /// A watch event of the wire type as one of the kind.
