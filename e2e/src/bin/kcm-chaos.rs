@@ -185,7 +185,7 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     md.push_str(&format!(
-        "\n## Checks\n\nExactly-once (no UID re-enters uncountedTerminatedPods), counters never decrease, \
+        "\n## Checks\n\nExactly-once (no UID re-enters uncountedTerminatedPods; no Job counts more pods than it had, a Job complete by its completions every succeeded pod), counters never decrease, \
          no tracking finalizer left, active <= parallelism, DisruptionTarget before delete, \
          same conditions (and indexes, and counts of completed Jobs) as the calm run: **{}**\n",
         if bad.is_empty() { "all hold".to_string() } else { format!("{} violations", bad.len()) }

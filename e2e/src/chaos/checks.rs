@@ -59,6 +59,70 @@ pub(super) fn check_jobs(
     }
 }
 
+/// No Job counts more pods than it had: `succeeded` at most the distinct
+/// pods seen Succeeded, `failed` at most those seen Failed or deleted
+/// before succeeding; a Job complete by its completions counts every
+/// succeeded pod. (A pod counted twice breaks the first.)
+pub(super) fn check_counts(history: &PodHistory, jobs: &[Job], out: &mut Vec<String>) {
+    // job -> (uids seen Succeeded, uids seen Failed or deleted unsucceeded)
+    let mut seen: HashMap<String, (HashSet<String>, HashSet<String>)> = HashMap::new();
+    let events = history.all();
+    let succeeded_uids: HashSet<String> = events
+        .iter()
+        .filter(|s| s.pod().status.as_ref().and_then(|st| st.phase.as_deref()) == Some("Succeeded"))
+        .filter_map(|s| s.pod().metadata.uid.clone())
+        .collect();
+    for s in &events {
+        let p = s.pod();
+        let (Some(uid), Some(job)) = (
+            p.metadata.uid.clone(),
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("batch.kubernetes.io/job-name").cloned()),
+        ) else {
+            continue;
+        };
+        let phase = p.status.as_ref().and_then(|st| st.phase.as_deref());
+        let entry = seen.entry(job).or_default();
+        if phase == Some("Succeeded") {
+            entry.0.insert(uid);
+        } else if phase == Some("Failed") || (s.deleting() && !succeeded_uids.contains(&uid)) {
+            entry.1.insert(uid);
+        }
+    }
+    for j in jobs {
+        let name = j.metadata.name.clone().unwrap_or_default();
+        let st = j.status.clone().unwrap_or_default();
+        let (ok, failed) = seen.get(&name).cloned().unwrap_or_default();
+        let (s, f) = (st.succeeded.unwrap_or(0), st.failed.unwrap_or(0));
+        let n = |set: &HashSet<String>| i32::try_from(set.len()).unwrap_or(i32::MAX);
+        if s > n(&ok) {
+            out.push(format!(
+                "{name}: succeeded {s}, but only {} pods succeeded (a pod counted twice)",
+                ok.len()
+            ));
+        }
+        if f > n(&failed) {
+            out.push(format!(
+                "{name}: failed {f}, but only {} pods failed or were deleted (a pod counted twice)",
+                failed.len()
+            ));
+        }
+        let by_completions = st.conditions.unwrap_or_default().iter().any(|c| {
+            c.type_ == "Complete"
+                && c.status == "True"
+                && c.reason.as_deref() == Some("CompletionsReached")
+        });
+        if by_completions && s != n(&ok) {
+            out.push(format!(
+                "{name}: complete with succeeded {s}, but {} pods succeeded",
+                ok.len()
+            ));
+        }
+    }
+}
+
 /// Parallelism, and DisruptionTarget before delete, from the pod history.
 pub(super) fn check_pods(
     history: &PodHistory,

@@ -8,7 +8,9 @@
 //!   normalised) on every Job as the run without kills, and the same
 //!   `completedIndexes`/`failedIndexes` where they are deterministic;
 //! * counters never decrease; a UID never re-enters
-//!   `uncountedTerminatedPods` once it left (counted once);
+//!   `uncountedTerminatedPods` once it left (counted once); no Job counts
+//!   more succeeded or failed pods than the history shows (and a Job
+//!   complete by its completions counts every succeeded pod);
 //! * no pod keeps the tracking finalizer; never more active pods than
 //!   `parallelism`; every `DisruptionTarget` before its pod's delete.
 //!
@@ -45,7 +47,7 @@ use crate::history::PodHistory;
 use crate::sim::{self, SimConfig, SimStats};
 use crate::{ControlPlane, HarnessError, TestNamespace};
 pub use checks::compare;
-use checks::{check_disruption_order, check_jobs, check_pods, has_tracking, name_of};
+use checks::{check_counts, check_disruption_order, check_jobs, check_pods, has_tracking, name_of};
 
 const TRACKING: &str = "batch.kubernetes.io/job-tracking";
 /// The taint put on one simulated node: pods of Jobs that do not tolerate it
@@ -431,6 +433,7 @@ pub async fn run(
     }
     let names = trace::pod_names(&pods_history);
     check_jobs(&jobs_history.lock(), &names, &mut report.violations);
+    check_counts(&pods_history, &final_jobs, &mut report.violations);
     let terminal = check_pods(&pods_history, &final_jobs, &mut report);
     report.disruption_deletes =
         check_disruption_order(&cp.audit_log(), &ns.name, &terminal, &mut report.violations);
