@@ -187,14 +187,7 @@ pub async fn no_finalizer_left(pods: &Api<Pod>, labels: &str) {
 }
 
 /// The completion index annotation of a pod (-1 if none).
-pub fn index(p: &Pod) -> i32 {
-    p.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("batch.kubernetes.io/job-completion-index"))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(-1)
-}
+pub use support::script::index;
 
 /// Conditions as (type, status, reason).
 pub fn conditions(j: &Job) -> Vec<(String, String, String)> {
