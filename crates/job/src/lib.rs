@@ -60,6 +60,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
         controller::tracking_namespace_index(),
     );
     let rate = RateLimit::per_key(controller::JOB_API_BACKOFF, controller::MAX_JOB_API_BACKOFF);
+    let config = sync::Config::new(&ctx.features);
     let jc = Arc::new(controller::JobController {
         recorder: Recorder::new(client.clone(), NAME),
         client,
@@ -71,10 +72,8 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
         finalizer_expectations: UidTrackingExpectations::new(),
         finished_jobs: Default::default(),
         backoff: backoff::BackoffStore::new(),
-        config: sync::Config::new(&ctx.features),
-        rw: controller::consistency::ReadYourWrites::new(
-            sync::Config::new(&ctx.features).read_your_writes,
-        ),
+        config,
+        rw: controller::consistency::ReadYourWrites::new(config.read_your_writes),
     });
     if ctx.version.at_least(36) {
         // Upstream registers the family on 1.36+ whatever the gate says.
