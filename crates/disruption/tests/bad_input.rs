@@ -16,7 +16,7 @@ use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::FeatureGates;
 use kcm_runtime::controller::Settings;
 use kube::Api;
-use kube::api::{DynamicObject, EvictParams, PostParams};
+use kube::api::{DynamicObject, EvictParams, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::json;
 
@@ -259,10 +259,16 @@ async fn pdb_over_pods_whose_controller_cannot_be_found() {
 
 /// A pod two PDBs select: a Warning `MultiplePodDisruptionBudgets` on the
 /// pod naming the one chosen, and both PDBs still count it.
+///
+/// The pod exists before the PDBs: a pod event enqueues only the chosen PDB
+/// (upstream's `getPdbForPod`), so a PDB whose syncs all ran before the pod
+/// reached the cache would not count it until a later PDB event, upstream
+/// as here. A label change on the running pod then raises the Warning.
 #[tokio::test]
 async fn pod_matching_several_pdbs() {
     let (c, ns) = setup("pdb-multi").await;
     let rs = replica_set(&c, &ns, "rs", "multi", 1).await;
+    pod(&c, &ns, "shared", "multi", Some(owner_ref(&rs)), true).await;
     pdb(
         &c,
         &ns,
@@ -277,7 +283,14 @@ async fn pod_matching_several_pdbs() {
         json!({ "maxUnavailable": 0, "selector": sel("multi") }),
     )
     .await;
-    pod(&c, &ns, "shared", "multi", Some(owner_ref(&rs)), true).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
+    pods.patch(
+        "shared",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "metadata": { "labels": { "touched": "yes" } } })),
+    )
+    .await
+    .expect("touch pod");
     let ev = wait_event(&c, &ns, "shared", "MultiplePodDisruptionBudgets").await;
     assert_eq!(
         ev,
