@@ -103,8 +103,9 @@ test-versions: controlplane-versions
 	done; \
 	if [[ -n "$$failed" ]]; then echo "error: differential suites differ on Kubernetes$$failed" >&2; exit 1; fi
 
-## chaos: the mixed workload with 50 SIGKILLs of kcm-rs and without, the
-## invariants checked (not part of `test`); CHAOS_ARGS="--kills 5 --scale 8".
+## chaos: the mixed workload calm, with 50 SIGKILLs of kcm-rs, with API faults
+## at 10% of its requests (fault proxy), and with both; the invariants checked
+## in each (not part of `test`); CHAOS_ARGS="--kills 5 --scale 8 --runs kills".
 CHAOS_ARGS ?=
 chaos: controlplane
 	$(CARGO) build -p kcm-rs -p kcm-e2e --bins
