@@ -66,7 +66,8 @@ image:
 	DOCKER_BUILDKIT=1 $$engine build -f manifests/Dockerfile -t $(IMAGE) \
 	  --build-arg KCM_RS_GIT_COMMIT=$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown) .
 
-## kind-up: a kind cluster with KCM's four controllers off, the image loaded,
+## kind-up: a kind cluster (K8S_VERSION=1.34..1.37, default 1.34) with KCM's
+## four controllers off, the image loaded,
 ## the manifests applied, waiting for the Lease holder and the sample Job.
 kind-up: image
 	hack/kind-up.sh

@@ -91,29 +91,53 @@ fn every_manifest_parses_with_the_expected_kinds() {
     }
 }
 
-/// kind's controllers patch is accepted by upstream KCM (v1.34) and names
-/// exactly kcm-rs's four controllers; KCM rejects a wrong name.
+/// One kind config per supported minor: its node image is that minor, pinned
+/// by digest, and its kubeadm patch (in the format kind writes for that
+/// minor: v1beta3's map before 1.37, v1beta4's list from 1.37) names exactly
+/// kcm-rs's four controllers; upstream KCM accepts the string and rejects a
+/// wrong name.
 #[test]
-fn kind_config_switches_off_the_four_controllers_in_kcm() {
-    let cluster = &docs("kind-cluster.yaml")[0];
-    // Every node runs the same pinned image: Kubernetes 1.34 (the local
-    // control plane's minor version), by digest.
-    let nodes = cluster["nodes"].as_array().expect("nodes");
-    for node in nodes {
-        let image = text(&node["image"]);
-        let (tag, digest) = image.split_once("@sha256:").unwrap_or_default();
-        assert!(tag.starts_with("kindest/node:v1.34."), "{image}");
-        let hex = digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit());
-        assert!(hex, "kind node image not pinned by digest: {image:?}");
+fn kind_configs_switch_off_the_four_controllers_in_kcm() {
+    let mut strings = BTreeSet::new();
+    for minor in kcm_features::KubeVersion::ALL {
+        let file = format!("kind/{minor}.yaml");
+        let cluster = &docs(&file)[0];
+        for node in cluster["nodes"].as_array().expect("nodes") {
+            let image = text(&node["image"]);
+            let (tag, digest) = image.split_once("@sha256:").unwrap_or_default();
+            assert!(
+                tag.starts_with(&format!("kindest/node:v{minor}.")),
+                "{file}: {image}"
+            );
+            let hex = digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit());
+            assert!(hex, "{file}: node image not pinned by digest: {image:?}");
+        }
+        let patch = text(&cluster["kubeadmConfigPatches"][0]);
+        let cfg: Value = serde_yaml_ng::from_str(patch).expect("patch YAML");
+        let args = &cfg["controllerManager"]["extraArgs"];
+        let controllers = if minor.minor() >= 37 {
+            assert_eq!(cfg["apiVersion"], "kubeadm.k8s.io/v1beta4", "{file}");
+            let list = args.as_array().expect("v1beta4 extraArgs is a list");
+            let arg = list.iter().find(|a| a["name"] == "controllers");
+            text(&arg.expect("a controllers argument")["value"]).to_string()
+        } else {
+            text(&args["controllers"]).to_string()
+        };
+        let off: BTreeSet<&str> = controllers
+            .split(',')
+            .filter_map(|c| c.strip_prefix('-'))
+            .collect();
+        let ours = "disruption-controller job-controller pod-garbage-collector-controller \
+                    taint-eviction-controller";
+        assert_eq!(off, ours.split_whitespace().collect(), "{file}");
+        strings.insert(controllers);
     }
-    let patch = text(&cluster["kubeadmConfigPatches"][0]);
-    let cfg: Value = serde_yaml_ng::from_str(patch).expect("patch YAML");
-    let controllers = text(&cfg["controllerManager"]["extraArgs"]["controllers"]);
-    let split = controllers.split(',');
-    let off: BTreeSet<&str> = split.filter_map(|c| c.strip_prefix('-')).collect();
-    let ours = "disruption-controller job-controller pod-garbage-collector-controller \
-                taint-eviction-controller";
-    assert_eq!(off, ours.split_whitespace().collect());
+    assert_eq!(
+        strings.len(),
+        1,
+        "the same controllers everywhere: {strings:?}"
+    );
+    let controllers = strings.pop_first().expect("one");
     let kcm = ensure_built().expect("binaries");
     let run = |value: &str| {
         let mut cmd = Command::new(kcm.join("kcm-e2e-controller-manager"));
@@ -122,7 +146,7 @@ fn kind_config_switches_off_the_four_controllers_in_kcm() {
         String::from_utf8_lossy(&out.expect("run KCM").stderr).into_owned()
     };
     // KCM validates flags before it reads the kubeconfig.
-    let err = run(controllers);
+    let err = run(&controllers);
     let accepted = err.contains("/nonexistent/kubeconfig") && !err.contains("known controllers");
     assert!(accepted, "{err}");
     let err = run("*,-pod-garbage-collector");

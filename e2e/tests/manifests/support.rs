@@ -84,7 +84,10 @@ pub const KINDS: &[(&str, &str)] = &[
     ("kustomization.yaml", "Kustomization"),
     ("base/kustomization.yaml", "Kustomization"),
     ("monitoring/kustomization.yaml", "Component"),
-    ("kind-cluster.yaml", "Cluster"),
+    ("kind/1.34.yaml", "Cluster"),
+    ("kind/1.35.yaml", "Cluster"),
+    ("kind/1.36.yaml", "Cluster"),
+    ("kind/1.37.yaml", "Cluster"),
 ];
 
 /// `manifests/**/*.yaml` but `examples/`, relative to `manifests/`, sorted.
