@@ -302,7 +302,7 @@ async fn prometheus_scrapes_kcm_rs_and_every_panel_and_alert_has_data() {
     let want = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "git_commit": if commit.trim().is_empty() { "unknown" } else { commit.trim() },
-        "kubernetes_version": "v1.34",
+        "kubernetes_version": "v1.37",
     });
     let got: Vec<Value> = info
         .iter()

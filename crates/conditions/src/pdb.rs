@@ -71,7 +71,7 @@ pub fn set_status_condition(
 /// condition `observedGeneration` copied from `status.observedGeneration`.
 pub fn update_disruption_allowed_condition(pdb: &mut PodDisruptionBudget, now: Timestamp) {
     let status = pdb.status.get_or_insert_with(Default::default);
-    let (st, reason) = if status.disruptions_allowed > 0 {
+    let (st, reason) = if status.disruptions_allowed.unwrap_or(0) > 0 {
         ("True", REASON_SUFFICIENT_PODS)
     } else {
         ("False", REASON_INSUFFICIENT_PODS)
@@ -103,7 +103,7 @@ pub fn conditions_are_up_to_date(pdb: &PodDisruptionBudget) -> bool {
     if status.observed_generation.unwrap_or(0) != pdb.metadata.generation.unwrap_or(0) {
         return false;
     }
-    if status.disruptions_allowed > 0 {
+    if status.disruptions_allowed.unwrap_or(0) > 0 {
         cond.status == "True" && cond.reason == REASON_SUFFICIENT_PODS
     } else {
         cond.status == "False" && cond.reason == REASON_INSUFFICIENT_PODS
@@ -124,7 +124,7 @@ mod tests {
         p.metadata.generation = Some(generation);
         p.status = Some(PodDisruptionBudgetStatus {
             observed_generation: Some(observed),
-            disruptions_allowed: allowed,
+            disruptions_allowed: Some(allowed),
             ..Default::default()
         });
         p
@@ -161,7 +161,7 @@ mod tests {
         assert_eq!(c[0].last_transition_time, Time(at(10)));
         // Flip to False: new transition time.
         if let Some(s) = p.status.as_mut() {
-            s.disruptions_allowed = 0;
+            s.disruptions_allowed = Some(0);
         }
         assert!(!conditions_are_up_to_date(&p));
         update_disruption_allowed_condition(&mut p, at(30));

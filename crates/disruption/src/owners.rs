@@ -87,7 +87,7 @@ fn deployment(
         .filter(|d| uid_of(&d.metadata) == d_ref.uid)
         .map(|d| ControllerScale {
             uid: d_ref.uid.clone(),
-            replicas: replicas(d.spec.as_ref().and_then(|s| s.replicas)),
+            replicas: replicas(d.spec.replicas),
         }))
 }
 
@@ -112,7 +112,7 @@ fn replica_set(
     }
     Ok(Some(ControllerScale {
         uid: o.uid.clone(),
-        replicas: replicas(rs.spec.as_ref().and_then(|s| s.replicas)),
+        replicas: replicas(rs.spec.replicas),
     }))
 }
 
@@ -128,7 +128,7 @@ fn stateful_set(
         .filter(|s| uid_of(&s.metadata) == o.uid)
         .map(|s| ControllerScale {
             uid: o.uid.clone(),
-            replicas: replicas(s.spec.as_ref().and_then(|s| s.replicas)),
+            replicas: replicas(s.spec.replicas),
         }))
 }
 

@@ -115,10 +115,12 @@ pub fn new_status(
     let generation = pdb.metadata.generation.unwrap_or(0);
     let old = pdb.status.clone().unwrap_or_default();
     let old_disrupted = old.disrupted_pods.clone().unwrap_or_default();
-    if old.current_healthy == c.current_healthy
-        && old.desired_healthy == c.desired_healthy
-        && old.expected_pods == c.expected_count
-        && old.disruptions_allowed == allowed
+    // A field the stored status lacks reads as 0, as Go's int does.
+    let n = |v: Option<i32>| v.unwrap_or(0);
+    if n(old.current_healthy) == c.current_healthy
+        && n(old.desired_healthy) == c.desired_healthy
+        && n(old.expected_pods) == c.expected_count
+        && n(old.disruptions_allowed) == allowed
         && old_disrupted == disrupted
         && old.observed_generation.unwrap_or(0) == generation
         && conditions_are_up_to_date(pdb)
@@ -127,10 +129,10 @@ pub fn new_status(
     }
     let mut next = pdb.clone();
     next.status = Some(PodDisruptionBudgetStatus {
-        current_healthy: c.current_healthy,
-        desired_healthy: c.desired_healthy,
-        expected_pods: c.expected_count,
-        disruptions_allowed: allowed,
+        current_healthy: Some(c.current_healthy),
+        desired_healthy: Some(c.desired_healthy),
+        expected_pods: Some(c.expected_count),
+        disruptions_allowed: Some(allowed),
         disrupted_pods: (!disrupted.is_empty()).then_some(disrupted),
         observed_generation: pdb.metadata.generation,
         conditions: old.conditions,
@@ -146,7 +148,7 @@ pub fn new_status(
 pub fn fail_safe(pdb: &PodDisruptionBudget, message: &str, now: Timestamp) -> PodDisruptionBudget {
     let mut next = pdb.clone();
     let status = next.status.get_or_insert_with(Default::default);
-    status.disruptions_allowed = 0;
+    status.disruptions_allowed = Some(0);
     let cond = Condition {
         type_: DISRUPTION_ALLOWED.into(),
         status: "False".into(),

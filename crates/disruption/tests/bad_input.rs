@@ -52,10 +52,10 @@ fn sel(app: &str) -> serde_json::Value {
 fn counts(p: &k8s_openapi::api::policy::v1::PodDisruptionBudget) -> (i32, i32, i32, i32) {
     let s = p.status.clone().unwrap_or_default();
     (
-        s.current_healthy,
-        s.desired_healthy,
-        s.expected_pods,
-        s.disruptions_allowed,
+        s.current_healthy.unwrap_or(0),
+        s.desired_healthy.unwrap_or(0),
+        s.expected_pods.unwrap_or(0),
+        s.disruptions_allowed.unwrap_or(0),
     )
 }
 
@@ -240,7 +240,10 @@ async fn pdb_over_pods_whose_controller_cannot_be_found() {
             reason(p).as_deref() == Some("SyncFailed")
         })
         .await;
-        assert_eq!(p.status.as_ref().map(|s| s.disruptions_allowed), Some(0));
+        assert_eq!(
+            p.status.as_ref().map(|s| s.disruptions_allowed),
+            Some(Some(0))
+        );
         assert!(condition_message(&p).contains(&why), "{name}: {p:#?}");
         let ev = wait_event(&c, &ns, name, "CalculateExpectedPodCountFailed").await;
         assert!(ev.contains(&why), "{name}: {ev}");
@@ -263,7 +266,8 @@ async fn pdb_over_pods_whose_controller_cannot_be_found() {
 /// The pod exists before the PDBs: a pod event enqueues only the chosen PDB
 /// (upstream's `getPdbForPod`), so a PDB whose syncs all ran before the pod
 /// reached the cache would not count it until a later PDB event, upstream
-/// as here. A label change on the running pod then raises the Warning.
+/// as here. Once both PDBs have a status, a label change on the running
+/// pod raises the Warning.
 #[tokio::test]
 async fn pod_matching_several_pdbs() {
     let (c, ns) = setup("pdb-multi").await;
@@ -283,6 +287,16 @@ async fn pod_matching_several_pdbs() {
         json!({ "maxUnavailable": 0, "selector": sel("multi") }),
     )
     .await;
+    wait_pdb(&c, &ns, "pdb-a", "counts the pod", |p| {
+        counts(p) == (1, 1, 1, 0)
+    })
+    .await;
+    wait_pdb(&c, &ns, "pdb-b", "counts the pod", |p| {
+        counts(p) == (1, 1, 1, 0)
+    })
+    .await;
+    // Both PDBs are in the controller's cache (their status is written):
+    // a pod event now finds two.
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ns);
     pods.patch(
         "shared",
@@ -299,13 +313,5 @@ async fn pod_matching_several_pdbs() {
              PodDisruptionBudgets.  Chose \"pdb-a\" arbitrarily. [controllermanager]"
         )
     );
-    wait_pdb(&c, &ns, "pdb-a", "counts the pod", |p| {
-        counts(p) == (1, 1, 1, 0)
-    })
-    .await;
-    wait_pdb(&c, &ns, "pdb-b", "counts the pod", |p| {
-        counts(p) == (1, 1, 1, 0)
-    })
-    .await;
     control(&c, &ns).await;
 }

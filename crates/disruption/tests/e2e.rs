@@ -28,10 +28,10 @@ async fn ours(cp: &ControlPlane, settings: Settings, gates: FeatureGates) -> InP
 fn counts(p: &k8s_openapi::api::policy::v1::PodDisruptionBudget) -> (i32, i32, i32, i32) {
     let s = p.status.clone().unwrap_or_default();
     (
-        s.current_healthy,
-        s.desired_healthy,
-        s.expected_pods,
-        s.disruptions_allowed,
+        s.current_healthy.unwrap_or(0),
+        s.desired_healthy.unwrap_or(0),
+        s.expected_pods.unwrap_or(0),
+        s.disruptions_allowed.unwrap_or(0),
     )
 }
 

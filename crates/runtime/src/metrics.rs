@@ -36,7 +36,7 @@ pub fn render() -> String {
 }
 
 /// The Kubernetes API version kcm-rs is built against (k8s-openapi's
-/// `v1_*` feature the binary selects), e.g. `v1.34`.
+/// `v1_*` feature the binary selects), e.g. `v1.37`.
 #[allow(unreachable_code)]
 pub fn kubernetes_api_version() -> &'static str {
     k8s_openapi::k8s_if_1_33! { return "v1.33"; }
@@ -77,7 +77,7 @@ mod tests {
         for want in [
             "version=\"1.2.3\"",
             "git_commit=\"abc123\"",
-            "kubernetes_version=\"v1.34\"",
+            "kubernetes_version=\"v1.37\"",
         ] {
             assert!(line.contains(want), "{line}");
         }

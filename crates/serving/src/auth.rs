@@ -212,7 +212,7 @@ impl Delegate {
         }
         let review = TokenReview {
             spec: TokenReviewSpec {
-                token: Some(token.to_string()),
+                token: token.to_string(),
                 ..Default::default()
             },
             ..Default::default()

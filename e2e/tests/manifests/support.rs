@@ -405,7 +405,7 @@ pub async fn sa_token(admin: &kube::Client, ns: &str, name: &str) -> String {
         .create_subresource("token", name, &PostParams::default(), &req)
         .await
         .expect("token");
-    tr.status.expect("token status").token
+    tr.status.and_then(|s| s.token).expect("token")
 }
 
 /// Upstream's bootstrap bindings for KCM's controller ServiceAccounts,

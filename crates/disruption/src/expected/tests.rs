@@ -284,10 +284,10 @@ fn cache() -> Cache {
     let rs = |name: &str, uid: &str, n: i32, o: Option<OwnerReference>| {
         Arc::new(ReplicaSet {
             metadata: meta(name, uid, o),
-            spec: Some(ReplicaSetSpec {
+            spec: ReplicaSetSpec {
                 replicas: Some(n),
                 ..Default::default()
-            }),
+            },
             ..Default::default()
         })
     };
@@ -314,10 +314,10 @@ fn cache() -> Cache {
         "d".into(),
         Arc::new(Deployment {
             metadata: meta("d", "dep-uid", None),
-            spec: Some(DeploymentSpec {
+            spec: DeploymentSpec {
                 replicas: Some(3),
                 ..Default::default()
-            }),
+            },
             ..Default::default()
         }),
     );
@@ -325,10 +325,10 @@ fn cache() -> Cache {
         "s".into(),
         Arc::new(StatefulSet {
             metadata: meta("s", "sts-uid", None),
-            spec: Some(StatefulSetSpec {
+            spec: StatefulSetSpec {
                 replicas: Some(5),
                 ..Default::default()
-            }),
+            },
             ..Default::default()
         }),
     );

@@ -124,7 +124,7 @@ fn status_is_written_once_then_skipped() {
             s.expected_pods,
             s.disruptions_allowed
         ),
-        (3, 2, 3, 1)
+        (Some(3), Some(2), Some(3), Some(1))
     );
     assert_eq!(s.observed_generation, Some(2));
     assert_eq!(s.disrupted_pods, None);
@@ -165,9 +165,13 @@ fn fail_safe_keeps_observed_generation_and_zeroes_allowed() {
     respec.metadata.generation = Some(3);
     let failed = fail_safe(&respec, "found no controllers for pod \"x\"", at(9));
     let s = failed.status.as_ref().expect("status");
-    assert_eq!(s.disruptions_allowed, 0);
+    assert_eq!(s.disruptions_allowed, Some(0));
     assert_eq!(s.observed_generation, Some(2), "not bumped");
-    assert_eq!((s.current_healthy, s.expected_pods), (3, 3), "rest kept");
+    assert_eq!(
+        (s.current_healthy, s.expected_pods),
+        (Some(3), Some(3)),
+        "rest kept"
+    );
     let c = &s.conditions.as_ref().expect("c")[0];
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),

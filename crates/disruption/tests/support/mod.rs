@@ -205,10 +205,10 @@ pub struct Observed {
 pub fn observed(p: &PodDisruptionBudget) -> Observed {
     let s = p.status.clone().unwrap_or_default();
     Observed {
-        current_healthy: s.current_healthy,
-        desired_healthy: s.desired_healthy,
-        expected_pods: s.expected_pods,
-        disruptions_allowed: s.disruptions_allowed,
+        current_healthy: s.current_healthy.unwrap_or(0),
+        desired_healthy: s.desired_healthy.unwrap_or(0),
+        expected_pods: s.expected_pods.unwrap_or(0),
+        disruptions_allowed: s.disruptions_allowed.unwrap_or(0),
         observed_generation: s.observed_generation,
         disrupted_pods: s.disrupted_pods.unwrap_or_default().into_keys().collect(),
         conditions: s

@@ -286,9 +286,8 @@ fn match_on_pod_conditions<'a>(
 /// The status a pattern asks for. API defaulting sets a missing one to
 /// `True`; the same default applies to objects that bypassed defaulting.
 pub fn pattern_status(pattern: &PodFailurePolicyOnPodConditionsPattern) -> &str {
-    if pattern.status.is_empty() {
-        "True"
-    } else {
-        &pattern.status
+    match pattern.status.as_deref() {
+        None | Some("") => "True",
+        Some(s) => s,
     }
 }

@@ -89,10 +89,10 @@ async fn request_token(
 ) -> Result<(String, Timestamp), IdentityError> {
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
     let req = TokenRequest {
-        spec: TokenRequestSpec {
+        spec: Some(TokenRequestSpec {
             expiration_seconds: i64::try_from(TOKEN_LIFETIME.as_secs()).ok(),
             ..Default::default()
-        },
+        }),
         ..Default::default()
     };
     let got = sas
@@ -107,11 +107,11 @@ async fn request_token(
             account: account.to_string(),
             source,
         })?;
-    let status = got
-        .status
-        .filter(|s| !s.token.is_empty())
-        .ok_or_else(|| IdentityError::Empty(account.to_string()))?;
-    Ok((status.token, status.expiration_timestamp.0))
+    let status = got.status.unwrap_or_default();
+    match (status.token, status.expiration_timestamp) {
+        (Some(token), Some(expires)) if !token.is_empty() => Ok((token, expires.0)),
+        _ => Err(IdentityError::Empty(account.to_string())),
+    }
 }
 
 /// When to renew a token issued at `now` that expires at `expires`.

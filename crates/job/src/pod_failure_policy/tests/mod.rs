@@ -126,7 +126,7 @@ fn cond_rule(action: &str, patterns: &[(&str, &str)]) -> PodFailurePolicyRule {
                 .iter()
                 .map(|(t, s)| PodFailurePolicyOnPodConditionsPattern {
                     type_: t.to_string(),
-                    status: s.to_string(),
+                    status: Some(s.to_string()),
                 })
                 .collect(),
         ),
