@@ -11,6 +11,8 @@ mod support;
 mod lifecycle;
 #[path = "differential/pods.rs"]
 mod pods;
+#[path = "differential/versions.rs"]
+mod versions;
 
 use std::time::Duration;
 

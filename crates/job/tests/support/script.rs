@@ -243,6 +243,13 @@ async fn play(upstream: bool, script: Script) -> Vec<(String, Snap)> {
     snaps
 }
 
+/// Plays `script` against upstream and kcm-rs concurrently; returns
+/// (upstream's, kcm-rs's) snapshots, for scenarios that show a listed
+/// deviation and assert each side themselves.
+pub async fn play_both(script: Script) -> (Snaps, Snaps) {
+    tokio::join!(play(true, script), play(false, script))
+}
+
 /// Plays `script` against upstream and kcm-rs concurrently and asserts
 /// every checkpoint matches; returns kcm-rs's snapshots.
 pub async fn compare_script(script: Script) -> Vec<(String, Snap)> {
@@ -252,7 +259,7 @@ pub async fn compare_script(script: Script) -> Vec<(String, Snap)> {
 /// [`compare_script`] with both lists of snapshots passed through `fix`
 /// first (to drop what legitimately depends on timing).
 pub async fn compare_script_with(script: Script, fix: fn(Snaps) -> Snaps) -> Vec<(String, Snap)> {
-    let (theirs, ours) = tokio::join!(play(true, script), play(false, script));
+    let (theirs, ours) = play_both(script).await;
     let (theirs, ours) = (fix(theirs), fix(ours));
     assert_eq!(
         ours.len(),
