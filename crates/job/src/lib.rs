@@ -75,6 +75,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
         config,
         rw: controller::consistency::ReadYourWrites::new(config.read_your_writes),
     });
+    metrics::set_minor(ctx.version.minor());
     if ctx.version.at_least(36) {
         // Upstream registers the family on 1.36+ whatever the gate says.
         metrics::stale_sync_skips();

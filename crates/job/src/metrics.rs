@@ -1,7 +1,11 @@
 //! `job_controller_*` metrics with upstream names, labels and buckets
-//! (pkg/controller/job/metrics/metrics.go).
+//! (pkg/controller/job/metrics/metrics.go). Each help text opens with the
+//! metric's stability level in the minor kcm-rs behaves as, as Go's
+//! component-base writes it (`[STABLE] `, `[BETA] `, `[ALPHA] `): 1.36
+//! promoted the failure-policy and tracking-finalizer counters to BETA.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
 
@@ -17,7 +21,42 @@ pub struct Metrics {
     pub pods_creation: IntCounterVec,
 }
 
-fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+/// The minor whose stability levels the help texts carry.
+static MINOR: AtomicU32 = AtomicU32::new(34);
+
+/// Sets the minor for the help texts; call before the first [`metrics`].
+pub fn set_minor(minor: u32) {
+    MINOR.store(minor, Ordering::Relaxed);
+}
+
+/// A metric's stability level (component-base's `StabilityLevel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Alpha,
+    Beta,
+    Stable,
+}
+
+fn help(level: Level, text: &str) -> String {
+    let tag = match level {
+        Level::Alpha => "ALPHA",
+        Level::Beta => "BETA",
+        Level::Stable => "STABLE",
+    };
+    format!("[{tag}] {text}")
+}
+
+/// BETA from 1.36, ALPHA before.
+fn beta_from_1_36() -> Level {
+    if MINOR.load(Ordering::Relaxed) >= 36 {
+        Level::Beta
+    } else {
+        Level::Alpha
+    }
+}
+
+fn counter(name: &str, level: Level, text: &str, labels: &[&str]) -> IntCounterVec {
+    let help = help(level, text);
     kcm_runtime::metrics::register(
         IntCounterVec::new(Opts::new(name, help), labels)
             .expect("constant metric definition is valid"),
@@ -31,7 +70,10 @@ pub fn metrics() -> &'static Metrics {
         let buckets = prometheus::exponential_buckets(0.004, 2.0, 15).expect("constant buckets are valid");
         let sync_duration = kcm_runtime::metrics::register(
             HistogramVec::new(
-                HistogramOpts::new("job_controller_job_sync_duration_seconds", "The time it took to sync a job")
+                HistogramOpts::new(
+                    "job_controller_job_sync_duration_seconds",
+                    help(Level::Stable, "The time it took to sync a job"),
+                )
                     .buckets(buckets),
                 &["completion_mode", "result", "action"],
             )
@@ -41,41 +83,49 @@ pub fn metrics() -> &'static Metrics {
             sync_duration,
             syncs: counter(
                 "job_controller_job_syncs_total",
+                Level::Stable,
                 "The number of job syncs",
                 &["completion_mode", "result", "action"],
             ),
             jobs_finished: counter(
                 "job_controller_jobs_finished_total",
+                Level::Stable,
                 "The number of finished jobs",
                 &["completion_mode", "result", "reason"],
             ),
             jobs_by_external_controller: counter(
                 "job_controller_jobs_by_external_controller_total",
+                Level::Alpha,
                 "The number of Jobs managed by an external controller",
                 &["controller_name"],
             ),
             pods_finished: counter(
                 "job_controller_job_pods_finished_total",
+                Level::Stable,
                 "The number of finished Pods that are fully tracked",
                 &["completion_mode", "result"],
             ),
             pod_failures_handled_by_failure_policy: counter(
                 "job_controller_pod_failures_handled_by_failure_policy_total",
+                beta_from_1_36(),
                 "The number of failed Pods handled by failure policy, by the action taken: FailJob, FailIndex, Ignore or Count.",
                 &["action"],
             ),
             terminated_pods_tracking_finalizer: counter(
                 "job_controller_terminated_pods_tracking_finalizer_total",
+                beta_from_1_36(),
                 "The number of terminated pods (phase Failed or Succeeded) that carry the job tracking finalizer: event add when one appears, delete when one goes.",
                 &["event"],
             ),
             finished_indexes: counter(
                 "job_controller_job_finished_indexes_total",
+                Level::Alpha,
                 "The number of finished indexes, by status (succeeded, failed) and backoffLimit (perIndex, global).",
                 &["status", "backoffLimit"],
             ),
             pods_creation: counter(
                 "job_controller_job_pods_creation_total",
+                Level::Alpha,
                 "The number of Pods created by the Job controller, by reason (new, recreate_terminating_or_failed, recreate_failed) and status (succeeded, failed).",
                 &["reason", "status"],
             ),
@@ -90,6 +140,7 @@ pub fn stale_sync_skips() -> &'static IntCounterVec {
     C.get_or_init(|| {
         counter(
             "job_controller_stale_sync_skips_total",
+            Level::Alpha,
             "Total number of Job syncs skipped due to a stale watch cache.",
             &["group", "resource"],
         )
@@ -135,5 +186,15 @@ mod tests {
         // A value seen before keeps its own label.
         let first = external_controller_label("example.com/c0");
         assert_eq!(external_controller_label("example.com/c0"), first);
+    }
+
+    #[test]
+    fn help_texts_carry_the_minors_stability_level() {
+        set_minor(35);
+        assert_eq!(beta_from_1_36(), Level::Alpha);
+        set_minor(36);
+        assert_eq!(beta_from_1_36(), Level::Beta);
+        assert_eq!(help(Level::Stable, "x"), "[STABLE] x");
+        set_minor(34);
     }
 }
