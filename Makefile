@@ -97,11 +97,16 @@ controlplane-versions:
 	@for v in $(K8S_VERSIONS); do e2e/harness/build.sh $(E2E_BIN) --version $$v || exit 1; done
 
 test-versions: controlplane-versions
-	@failed=""; for v in $(K8S_VERSIONS); do \
+	@mkdir -p target/test-versions; failed=""; for v in $(K8S_VERSIONS); do \
 	  echo "== differential suites on Kubernetes $$v" >&2; \
-	  KCM_E2E_K8S_VERSION=$$v $(CARGO) test $(DIFFERENTIAL_CRATES) --test differential \
-	    || failed+=" $$v"; \
+	  for c in $(filter-out -p,$(DIFFERENTIAL_CRATES)); do \
+	    KCM_E2E_K8S_VERSION=$$v $(CARGO) test -p $$c --test differential 2>&1 \
+	      | tee target/test-versions/$$v-$$c.log; \
+	    [[ $${PIPESTATUS[0]} == 0 ]] || failed+=" $$v/$$c"; \
+	  done; \
 	done; \
+	hack/versions-report.sh target/test-versions $(K8S_VERSIONS) > target/test-versions/report.md; \
+	cat target/test-versions/report.md; \
 	if [[ -n "$$failed" ]]; then echo "error: differential suites differ on Kubernetes$$failed" >&2; exit 1; fi
 
 ## chaos: the mixed workload calm, with 50 SIGKILLs of kcm-rs, with API faults
