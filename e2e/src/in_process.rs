@@ -80,6 +80,7 @@ async fn start_at(
         fence: kcm_runtime::client::Fence::open(),
         host_settings: Default::default(),
         version,
+        clock: kcm_runtime::clock::Clock::system(),
     };
     for spec in specs {
         let started = (spec.init)(&ctx).map_err(|e| HarnessError::NotHealthy {

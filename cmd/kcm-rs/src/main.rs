@@ -339,6 +339,7 @@ async fn run(
         identities,
         fence: fence.clone(),
         host_settings: flags.host_settings(),
+        clock: kcm_runtime::clock::Clock::system(),
     };
     let mut tasks = Vec::new();
     for spec in &selected {

@@ -16,7 +16,6 @@ use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::Clock;
 use crate::events::{self as ev};
 use crate::expected::{
     ControllerScale, ExpectedError, Finder, Scales, expected_pod_count, needs_scale,
@@ -26,6 +25,7 @@ use crate::scale::ScaleClient;
 use crate::selector::{Selector, SelectorError};
 use crate::stale::{self, StaleAction};
 use crate::status::{self, Counts};
+use kcm_runtime::clock::Clock;
 
 /// Why a PDB sync failed.
 #[derive(Debug, thiserror::Error)]

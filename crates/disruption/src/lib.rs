@@ -13,15 +13,14 @@
 //! every controller a PDB's pods need (owner caches, then [`scale`]'s
 //! scale-subresource GETs) before [`expected::expected_pod_count`] does the
 //! arithmetic purely. [`controller`] is the executor with the three
-//! upstream queues; [`events`] the reasons and messages; [`clock`] the
-//! injected time.
+//! upstream queues; [`events`] the reasons and messages. Time is the
+//! runtime's one [`Clock`], from the context.
 //!
 //! Data flow of one PDB sync: pods from the informer (selector) → scales
 //! fetched → expected/desired counts → status computed ([`status`]) →
 //! one status write when it changed; DisruptionTarget resets go through the
 //! stale queue ([`stale`] decides, the controller patches).
 
-pub mod clock;
 pub mod controller;
 pub mod events;
 pub mod expected;
@@ -41,8 +40,8 @@ use kcm_runtime::events::Recorder;
 use kcm_runtime::informer::{BY_NAMESPACE, namespace_index};
 use kcm_runtime::workqueue::{RateLimit, WorkQueue};
 
-pub use crate::clock::Clock;
 pub use crate::controller::{Controller, Owners, SyncError};
+pub use kcm_runtime::clock::Clock;
 
 /// KCM's name for this controller; also its client's user agent component.
 pub const NAME: &str = "disruption-controller";
@@ -62,8 +61,9 @@ pub const SPEC: ControllerSpec = ControllerSpec {
 };
 
 /// Builds the controller from the context: takes the six informers,
-/// registers the handlers. Must run inside a tokio runtime.
-pub fn build(ctx: &ControllerContext, clock: Clock) -> Result<Arc<Controller>, InitError> {
+/// registers the handlers; time from `ctx.clock`. Must run inside a tokio
+/// runtime.
+pub fn build(ctx: &ControllerContext) -> Result<Arc<Controller>, InitError> {
     let client = ctx.client(NAME)?;
     let pods = ctx.informers.informer::<Pod>();
     pods.add_index(BY_NAMESPACE, namespace_index());
@@ -95,14 +95,14 @@ pub fn build(ctx: &ControllerContext, clock: Clock) -> Result<Arc<Controller>, I
         pdb_workers: usize::try_from(ctx.settings.concurrent_disruption_syncs)
             .unwrap_or(1)
             .max(1),
-        clock,
+        clock: ctx.clock.clone(),
     });
     c.register();
     Ok(c)
 }
 
 fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
-    let c = build(ctx, Clock::system())?;
+    let c = build(ctx)?;
     let host = ctx.host(NAME);
     Ok(host.start(c.run(host.clone(), ctx.stop.clone()), ctx.stop.clone()))
 }

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kcm_runtime::host::{Host, Progress};
 use kcm_runtime::informer::Informer;
@@ -42,6 +41,8 @@ pub struct PodGc {
     pub queue: WorkQueue<String>,
     pub config: Config,
     pub quarantine: Duration,
+    /// The runtime's one clock (the context's).
+    pub clock: kcm_runtime::clock::Clock,
 }
 
 /// Puts node names under quarantine: a name already waiting keeps its
@@ -136,7 +137,7 @@ impl PodGc {
     pub async fn gc(&self, progress: &Progress) {
         let pods = self.pods.store().list();
         let nodes = self.nodes.store().list();
-        let now = Timestamp::now();
+        let now = self.clock.now();
         let plan = decide::decide(&pods, &nodes, now, self.config);
         if !plan.terminated.is_empty() {
             tracing::info!(count = plan.terminated.len(), "Garbage collecting pods");

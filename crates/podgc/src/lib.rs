@@ -39,6 +39,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
             disruption_conditions: ctx.features.enabled(Feature::PodDisruptionConditions),
         },
         quarantine: ctx.settings.pod_gc_quarantine,
+        clock: ctx.clock.clone(),
     };
     metrics::metrics();
     let host = ctx.host(SPEC.name);

@@ -41,6 +41,8 @@ pub struct ControllerContext {
     /// The leadership write fence every controller client obeys: open
     /// without leader election, moved by each lease renewal with it.
     pub fence: crate::client::Fence,
+    /// The one clock: wall and monotonic time for hosts and controllers.
+    pub clock: crate::clock::Clock,
 }
 
 /// Controller settings that come from flags; `Default` gives KCM's values.
@@ -80,7 +82,7 @@ impl Default for Settings {
 impl ControllerContext {
     /// The host that runs `controller`'s workers and feeds its health.
     pub fn host(&self, controller: &'static str) -> crate::host::Host {
-        crate::host::Host::with_settings(controller, self.host_settings)
+        crate::host::Host::with_clock(controller, self.host_settings, self.clock.clone())
     }
 
     /// A client of the controller's own, with its own QPS budget and user

@@ -12,69 +12,18 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use crate::clock::Clock;
 
 /// How long unmet expectations hold back a sync (upstream
 /// `ExpectationsTimeout`). If a watch drops the event for a pod the
 /// controller created or deleted, the count never reaches zero; after this
 /// long the controller syncs anyway and trusts its cache again.
 pub const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-
-/// A source of "now", so expiry can be tested without sleeping.
-pub trait Clock: Send + Sync {
-    /// The current instant.
-    fn now(&self) -> Instant;
-}
-
-/// Reads tokio's clock: real time in production, and the paused, manually
-/// advanced time in tests using `tokio::time::pause`. Outside a runtime it
-/// reads the system's monotonic clock.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct TokioClock;
-
-impl Clock for TokioClock {
-    fn now(&self) -> Instant {
-        tokio::time::Instant::now().into_std()
-    }
-}
-
-/// A clock that only moves when told to; for synchronous tests.
-#[derive(Debug)]
-pub struct ManualClock {
-    now: Mutex<Instant>,
-}
-
-impl ManualClock {
-    /// A clock standing at the current instant.
-    pub fn new() -> Self {
-        Self {
-            now: Mutex::new(Instant::now()),
-        }
-    }
-
-    /// Moves the clock forward by `by`.
-    pub fn advance(&self, by: Duration) {
-        let mut now = self.now.lock();
-        if let Some(next) = now.checked_add(by) {
-            *now = next;
-        }
-    }
-}
-
-impl Default for ManualClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> Instant {
-        *self.now.lock()
-    }
-}
 
 /// The outstanding counts recorded for one controller key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,7 +56,7 @@ struct Record {
 /// and the event handlers (which lower them); all methods take `&self`.
 pub struct ControllerExpectations {
     records: Mutex<HashMap<String, Record>>,
-    clock: Arc<dyn Clock>,
+    clock: Clock,
     ttl: Duration,
 }
 
@@ -127,13 +76,13 @@ impl Default for ControllerExpectations {
 }
 
 impl ControllerExpectations {
-    /// Expectations on tokio's clock with the upstream 5-minute timeout.
+    /// Expectations on the system clock with the upstream 5-minute timeout.
     pub fn new() -> Self {
-        Self::with_clock(Arc::new(TokioClock))
+        Self::with_clock(Clock::system())
     }
 
-    /// Expectations reading time from `clock`.
-    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+    /// Expectations reading time from `clock` (its monotonic part).
+    pub fn with_clock(clock: Clock) -> Self {
         Self {
             records: Mutex::new(HashMap::new()),
             clock,
@@ -152,7 +101,7 @@ impl ControllerExpectations {
     pub fn set_expectations(&self, key: &str, add: i64, del: i64) {
         let record = Record {
             counts: Expectation { add, del },
-            set_at: self.clock.now(),
+            set_at: self.clock.instant(),
         };
         self.records.lock().insert(key.to_owned(), record);
     }
@@ -209,7 +158,7 @@ impl ControllerExpectations {
         if r.counts.fulfilled() {
             return true;
         }
-        let age = self.clock.now().saturating_duration_since(r.set_at);
+        let age = self.clock.instant().saturating_duration_since(r.set_at);
         if age > self.ttl {
             tracing::debug!(key, ?age, counts = ?r.counts, "controller expectations expired");
             return true;
@@ -282,15 +231,9 @@ impl UidTrackingExpectations {
 mod tests {
     use super::*;
 
-    fn manual() -> (Arc<ManualClock>, ControllerExpectations) {
-        let clock = Arc::new(ManualClock::new());
-        let exp = ControllerExpectations::with_clock(clock.clone());
-        (clock, exp)
-    }
-
     #[test]
     fn no_record_is_satisfied() {
-        let (_, exp) = manual();
+        let exp = ControllerExpectations::new();
         assert!(exp.satisfied("ns/job"));
         assert_eq!(exp.get_expectations("ns/job"), None);
         // Observations without a record do not create one.
@@ -301,7 +244,7 @@ mod tests {
 
     #[test]
     fn creations_must_all_be_observed() {
-        let (_, exp) = manual();
+        let exp = ControllerExpectations::new();
         exp.expect_creations("ns/job", 2);
         assert!(!exp.satisfied("ns/job"));
         exp.creation_observed("ns/job");
@@ -323,7 +266,7 @@ mod tests {
 
     #[test]
     fn set_replaces_and_lower_or_raise_adjust() {
-        let (_, exp) = manual();
+        let exp = ControllerExpectations::new();
         exp.expect_creations("k", 5);
         exp.expect_deletions("k", 3);
         assert_eq!(
@@ -339,14 +282,14 @@ mod tests {
         assert!(exp.satisfied("k"));
     }
 
-    #[test]
-    fn unmet_expectations_expire_after_timeout() {
-        let (clock, exp) = manual();
+    #[tokio::test(start_paused = true)]
+    async fn unmet_expectations_expire_after_timeout() {
+        let exp = ControllerExpectations::new();
         exp.expect_creations("k", 1);
-        clock.advance(EXPECTATIONS_TIMEOUT);
+        tokio::time::advance(EXPECTATIONS_TIMEOUT).await;
         // Upstream expires strictly after the timeout.
         assert!(!exp.satisfied("k"));
-        clock.advance(Duration::from_nanos(1));
+        tokio::time::advance(Duration::from_nanos(1)).await;
         assert!(exp.satisfied("k"));
         // The expired record is kept until replaced.
         assert_eq!(
@@ -359,9 +302,9 @@ mod tests {
         assert!(exp.satisfied("k"));
         exp.expect_creations("k", 1);
         assert!(!exp.satisfied("k"));
-        clock.advance(Duration::from_secs(299));
+        tokio::time::advance(Duration::from_secs(299)).await;
         assert!(!exp.satisfied("k"));
-        clock.advance(Duration::from_secs(2));
+        tokio::time::advance(Duration::from_secs(2)).await;
         assert!(exp.satisfied("k"));
     }
 
@@ -377,7 +320,7 @@ mod tests {
 
     #[test]
     fn delete_expectations_forgets_key() {
-        let (_, exp) = manual();
+        let exp = ControllerExpectations::new();
         exp.expect_creations("k", 3);
         exp.delete_expectations("k");
         assert!(exp.satisfied("k"));

@@ -14,6 +14,7 @@
 //! [`Health`]: host::Health
 
 pub mod client;
+pub mod clock;
 pub mod controller;
 pub mod events;
 pub mod expectations;

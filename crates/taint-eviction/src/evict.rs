@@ -4,6 +4,7 @@
 //! would change something) → DELETE with empty options.
 
 use kcm_runtime::client::LeanApi;
+use kcm_runtime::clock::Clock;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,14 +69,22 @@ pub struct Evictor {
     events: Arc<dyn EvictionEvents>,
     /// `PodDisruptionConditions`: append `DisruptionTarget` before deleting.
     conditions: bool,
+    /// The condition's transition time (the runtime's one clock).
+    clock: Clock,
 }
 
 impl Evictor {
-    pub fn new(client: kube::Client, events: Arc<dyn EvictionEvents>, conditions: bool) -> Self {
+    pub fn new(
+        client: kube::Client,
+        events: Arc<dyn EvictionEvents>,
+        conditions: bool,
+        clock: Clock,
+    ) -> Self {
         Evictor {
             client,
             events,
             conditions,
+            clock,
         }
     }
 
@@ -123,7 +132,7 @@ impl Evictor {
             return Ok(Outcome::Replaced);
         }
         if self.conditions
-            && let Some(body) = condition_patch(&pod, Timestamp::now())
+            && let Some(body) = condition_patch(&pod, self.clock.now())
         {
             lean.patch_status(&args.name, &PatchParams::default(), &Patch::Strategic(body))
                 .await

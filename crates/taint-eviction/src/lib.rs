@@ -69,6 +69,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
         client,
         Arc::clone(&events),
         ctx.features.enabled(Feature::PodDisruptionConditions),
+        ctx.clock.clone(),
     );
     // Evictions run under the host's guard too: one that panics or runs
     // past the sync timeout ends like a failed one (dropped, re-evaluated on

@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kcm_runtime::workqueue::{RateLimit, WorkQueue};
 
 use super::*;
-use crate::clock::Clock;
+use kcm_runtime::clock::Clock;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -97,7 +97,7 @@ fn reset_sets_false_with_empty_reason_and_message() {
 /// recheck fires then, on tokio's paused clock.
 #[tokio::test(start_paused = true)]
 async fn requeued_at_the_exact_remaining_time() {
-    let clock = Clock::tokio(at(0));
+    let clock = Clock::following_tokio(at(0));
     let queue: WorkQueue<String> = WorkQueue::new("stale_test", RateLimit::controller_default());
     // The condition was set 45 s before the controller saw the pod.
     let p = pod("True", "PreemptionByScheduler", Some(-45), "Running");
@@ -115,7 +115,7 @@ async fn requeued_at_the_exact_remaining_time() {
     queue.done(&key);
 
     // Had it been popped 1 s early, the worker would requeue for exactly 1 s.
-    let early = Clock::tokio(at(74));
+    let early = Clock::following_tokio(at(74));
     assert_eq!(
         decide(&p, early.now(), TIMEOUT),
         StaleAction::RequeueAfter(Duration::from_secs(1))

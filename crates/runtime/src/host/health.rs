@@ -32,7 +32,7 @@ struct HealthInner {
 impl Default for Health {
     /// Fails ("not started") until [`set`](Health::set)`(true)`.
     fn default() -> Self {
-        Health::with_mark("", Some("not started".into()))
+        Health::with_mark("", Some("not started".into()), Clock::system())
     }
 }
 
@@ -48,13 +48,18 @@ impl std::fmt::Debug for Health {
 impl Health {
     /// Passes until a check is added that fails, or [`fail`](Self::fail).
     pub fn healthy(controller: &str) -> Self {
-        Health::with_mark(controller, None)
+        Health::with_mark(controller, None, Clock::system())
     }
 
-    fn with_mark(controller: &str, marked: Option<String>) -> Self {
+    /// [`healthy`](Self::healthy) reading time from `clock`.
+    pub fn healthy_on(controller: &str, clock: Clock) -> Self {
+        Health::with_mark(controller, None, clock)
+    }
+
+    fn with_mark(controller: &str, marked: Option<String>, clock: Clock) -> Self {
         Health(Arc::new(HealthInner {
             controller: controller.to_string(),
-            clock: Clock,
+            clock,
             marked: Mutex::new(marked),
             checks: Mutex::new(Vec::new()),
             failing: Mutex::new(false),
@@ -85,7 +90,7 @@ impl Health {
     /// or `None` when healthy. Logs when the answer turns from healthy to
     /// unhealthy and back.
     pub fn reason(&self) -> Option<String> {
-        let now = self.0.clock.now();
+        let now = self.0.clock.instant();
         let mut failures: Vec<String> = self.0.marked.lock().iter().cloned().collect();
         for check in self.0.checks.lock().iter() {
             if let Err(r) = check(now) {
@@ -176,13 +181,13 @@ impl Activity {
     /// The workers start now: from here, waiting keys with no finished
     /// sync count as no progress.
     pub fn start(&self) {
-        let now = self.0.clock.now();
+        let now = self.0.clock.instant();
         self.0.state.lock().last_progress.get_or_insert(now);
     }
 
     /// Records a sync starting; dropping the slot ends it.
     pub fn begin(&self, label: String) -> Slot {
-        let now = self.0.clock.now();
+        let now = self.0.clock.instant();
         let mut st = self.0.state.lock();
         st.next_id = st.next_id.wrapping_add(1);
         let id = st.next_id;
@@ -248,7 +253,7 @@ impl Slot {
         let st = p.activity.state.lock();
         st.running
             .get(&p.id)
-            .map_or_else(|| p.activity.clock.now(), |r| r.since)
+            .map_or_else(|| p.activity.clock.instant(), |r| r.since)
     }
 
     pub(crate) fn label(&self) -> String {
@@ -264,7 +269,7 @@ impl Slot {
     /// error), as opposed to being cancelled or panicking.
     pub fn finish(self, progressed: bool) {
         if progressed {
-            let now = self.progress.activity.clock.now();
+            let now = self.progress.activity.clock.instant();
             self.progress.activity.state.lock().last_progress = Some(now);
         }
     }
@@ -287,7 +292,7 @@ pub struct Progress {
 
 impl Progress {
     pub fn tick(&self) {
-        let now = self.activity.clock.now();
+        let now = self.activity.clock.instant();
         let mut st = self.activity.state.lock();
         if let Some(r) = st.running.get_mut(&self.id) {
             r.since = now;

@@ -78,7 +78,6 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::Started;
@@ -129,16 +128,8 @@ impl HostSettings {
     }
 }
 
-/// The host's time: tokio's monotonic clock, which tests pause and
-/// advance. Every time the host reads goes through it.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Clock;
-
-impl Clock {
-    pub fn now(&self) -> Instant {
-        Instant::now()
-    }
-}
+/// The host reads the runtime's one clock (its monotonic part).
+pub use crate::clock::Clock;
 
 /// An informer as the host sees it.
 trait Tracked: Send + Sync {
@@ -176,7 +167,13 @@ struct Inner {
 
 impl Host {
     pub fn with_settings(controller: &'static str, settings: HostSettings) -> Self {
-        let health = Health::healthy(controller);
+        Host::with_clock(controller, settings, Clock::system())
+    }
+
+    /// A host reading time from `clock` (tests pass one that follows
+    /// paused tokio time).
+    pub fn with_clock(controller: &'static str, settings: HostSettings, clock: Clock) -> Self {
+        let health = Health::healthy_on(controller, clock.clone());
         let informers: Arc<Mutex<Vec<Arc<dyn Tracked>>>> = Arc::default();
         let watched = Arc::clone(&informers);
         health.add_check(move |_| {
@@ -199,7 +196,7 @@ impl Host {
             inner: Arc::new(Inner {
                 controller,
                 settings,
-                clock: Clock,
+                clock,
                 health,
                 metrics: SyncMetrics::new(controller),
                 informers,
@@ -255,7 +252,7 @@ impl Host {
         let activity = Activity::new(
             what.into(),
             self.inner.settings.stall_timeout,
-            self.inner.clock,
+            self.inner.clock.clone(),
             waiting,
         );
         let checked = activity.clone();

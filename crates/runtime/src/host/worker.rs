@@ -79,7 +79,7 @@ impl Host {
                 () = tokio::time::sleep_until(deadline) => {
                     // Progress may have moved the deadline meanwhile.
                     let moved = slot.since().checked_add(bound);
-                    if moved.is_none_or(|d| self.inner.clock.now() < d) {
+                    if moved.is_none_or(|d| self.inner.clock.instant() < d) {
                         continue;
                     }
                     self.inner.metrics.timeouts.inc();

@@ -145,6 +145,7 @@ async fn run(mock: &Mock, conditions: bool) -> (Result<Outcome, EvictError>, Vec
         mock.client(),
         Arc::clone(&events) as Arc<dyn EvictionEvents>,
         conditions,
+        kcm_runtime::clock::Clock::system(),
     );
     let result = evictor.evict(args(), Instant::now()).await;
     let ev = events.0.lock().clone();
