@@ -1,9 +1,10 @@
 //! Runs kcm-rs controllers inside a test process against a control plane,
-//! through the same registry entries (`ControllerSpec::init`) and
-//! `ControllerContext` as the binary (shared informers, one rate-limited
-//! client per controller), with settings a test may shorten. Unlike the
-//! binary it builds its own informer client and has no leader election,
-//! serving or flags; tests of those run the real binary.
+//! through the binary's own wiring: `ControllerContext::new` (shared
+//! informers on their own client, one rate-limited client per controller)
+//! and `kcm_runtime::controller::start` (init each registry entry, spawn
+//! its workers, start the informers), with settings a test may shorten. It
+//! has no leader election, serving or flags; tests of those run the real
+//! binary.
 //! [`start`] runs them on the caller's runtime; [`start_detached`] on a
 //! runtime of their own, for controllers shared by every test of a binary.
 
@@ -11,7 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use kcm_features::FeatureGates;
-use kcm_runtime::controller::{ControllerContext, ControllerSpec, Settings};
+use kcm_runtime::controller::{ControllerContext, ControllerSpec, Options, Settings};
 use kcm_runtime::informer::InformerFactory;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
@@ -66,30 +67,26 @@ async fn start_at(
             log_tail: String::new(),
         }
     })?;
-    let informers = InformerFactory::new(client);
     let stop = CancellationToken::new();
-    let ctx = ControllerContext {
-        informers: informers.clone(),
-        kube_config: config,
+    let options = Options {
         qps: 20.0,
         burst: 30,
         features: features.at_version(version),
-        settings,
-        stop: stop.child_token(),
-        identities: Default::default(),
-        fence: kcm_runtime::client::Fence::open(),
-        host_settings: Default::default(),
         version,
+        settings,
+        identities: Default::default(),
+        host_settings: Default::default(),
+        fence: kcm_runtime::client::Fence::open(),
         clock: kcm_runtime::clock::Clock::system(),
     };
-    for spec in specs {
-        let started = (spec.init)(&ctx).map_err(|e| HarnessError::NotHealthy {
-            reason: e.to_string(),
-            log_tail: String::new(),
-        })?;
-        tokio::spawn(started.run);
-    }
-    informers.start(stop.child_token());
+    let not_started = |e: kcm_runtime::controller::InitError| HarnessError::NotHealthy {
+        reason: e.to_string(),
+        log_tail: String::new(),
+    };
+    let ctx = ControllerContext::new(config, options, stop.child_token()).map_err(not_started)?;
+    let specs: Vec<&ControllerSpec> = specs.iter().collect();
+    kcm_runtime::controller::start(&ctx, &specs).map_err(not_started)?;
+    let informers = ctx.informers.clone();
     informers.wait_for_sync().await;
     Ok(InProcess { informers, stop })
 }

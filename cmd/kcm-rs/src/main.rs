@@ -18,7 +18,6 @@ use kcm_features::{FeatureGates, KubeVersion};
 use kcm_runtime::client::identity::{self, TokenSource};
 use kcm_runtime::client::{ClientOptions, Fence, build_client};
 use kcm_runtime::controller::{self, ControllerContext, ControllerSpec};
-use kcm_runtime::informer::InformerFactory;
 use kcm_runtime::leader::{LeaderElectionConfig, LeaderElector};
 use tokio_util::sync::CancellationToken;
 
@@ -305,24 +304,7 @@ async fn run(
     };
     *status.standby.write() = false;
     let identities = controller_identities(&flags, &config, &selected, &stop).await?;
-    let ctx_config = config;
-
-    // Watches are not throttled; the budget covers the initial lists.
-    let informer_client = build_client(
-        ctx_config.clone(),
-        &ClientOptions {
-            qps: flags.kube_api_qps,
-            burst: flags.kube_api_burst,
-            user_agent_component: "shared-informers".into(),
-            ..ClientOptions::default()
-        },
-    )
-    .map_err(|e| Failure::Runtime(e.to_string()))?;
-    let informers = InformerFactory::new(informer_client);
-    *status.informers.write() = Some(informers.clone());
-    let ctx = ControllerContext {
-        informers: informers.clone(),
-        kube_config: ctx_config,
+    let options = controller::Options {
         qps: flags.kube_api_qps,
         burst: flags.kube_api_burst,
         features: gates,
@@ -335,22 +317,21 @@ async fn run(
             pod_gc_quarantine: flags.pod_gc_quarantine,
             stale_pod_disruption_timeout: flags.stale_pod_disruption_timeout,
         },
-        stop: stop.child_token(),
         identities,
-        fence: fence.clone(),
         host_settings: flags.host_settings(),
+        fence: fence.clone(),
         clock: kcm_runtime::clock::Clock::system(),
     };
+    let ctx = ControllerContext::new(config, options, stop.child_token())
+        .map_err(|e| Failure::Runtime(e.to_string()))?;
+    *status.informers.write() = Some(ctx.informers.clone());
+    let running =
+        controller::start(&ctx, &selected).map_err(|e| Failure::Runtime(e.to_string()))?;
     let mut tasks = Vec::new();
-    for spec in &selected {
-        let started = (spec.init)(&ctx).map_err(|e| Failure::Runtime(e.to_string()))?;
-        status
-            .checks
-            .write()
-            .push((spec.name.to_string(), started.health));
-        tasks.push(tokio::spawn(started.run));
+    for r in running {
+        status.checks.write().push((r.name.to_string(), r.health));
+        tasks.push(r.task);
     }
-    informers.start(stop.child_token());
 
     if let Some(e) = elector.as_mut() {
         if let Err(lost) = e.hold(&stop).await {

@@ -114,6 +114,91 @@ impl ControllerContext {
     }
 }
 
+/// What a process decides for its controllers: the binary from its flags,
+/// the test harness from a test's choices. Everything else in a
+/// [`ControllerContext`] is built the same way for both by [`ControllerContext::new`].
+#[derive(Clone)]
+pub struct Options {
+    pub qps: f32,
+    pub burst: u32,
+    pub features: kcm_features::FeatureGates,
+    pub version: kcm_features::KubeVersion,
+    pub settings: Settings,
+    pub identities: Arc<HashMap<String, TokenSource>>,
+    pub host_settings: crate::host::HostSettings,
+    pub fence: crate::client::Fence,
+    pub clock: crate::clock::Clock,
+}
+
+impl ControllerContext {
+    /// The context of the binary and of the test harness alike: shared
+    /// informers on a client of their own (`shared-informers`; the QPS
+    /// budget covers the initial lists, watches are not throttled) and each
+    /// controller's client built from `config` later by [`client`](Self::client).
+    pub fn new(
+        config: kube::Config,
+        opts: Options,
+        stop: CancellationToken,
+    ) -> Result<Self, InitError> {
+        let informer_client = crate::client::build_client(
+            config.clone(),
+            &crate::client::ClientOptions {
+                qps: opts.qps,
+                burst: opts.burst,
+                user_agent_component: "shared-informers".into(),
+                ..crate::client::ClientOptions::default()
+            },
+        )
+        .map_err(|e| InitError {
+            controller: "shared-informers",
+            message: e.to_string(),
+        })?;
+        Ok(ControllerContext {
+            informers: InformerFactory::new(informer_client),
+            kube_config: config,
+            qps: opts.qps,
+            burst: opts.burst,
+            features: opts.features,
+            version: opts.version,
+            settings: opts.settings,
+            stop,
+            identities: opts.identities,
+            host_settings: opts.host_settings,
+            fence: opts.fence,
+            clock: opts.clock,
+        })
+    }
+}
+
+/// The one start of the binary and the test harness: initialises `specs`
+/// in order (each takes its informers and registers its handlers), spawns
+/// each one's workers, then starts the shared informers (handlers must be
+/// in place before the first event). Returns each controller's name,
+/// health and task.
+pub fn start(
+    ctx: &ControllerContext,
+    specs: &[&ControllerSpec],
+) -> Result<Vec<Running>, InitError> {
+    let mut running = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let started = (spec.init)(ctx)?;
+        running.push(Running {
+            name: spec.name,
+            health: started.health,
+            task: tokio::spawn(started.run),
+        });
+    }
+    ctx.informers.start(ctx.stop.child_token());
+    Ok(running)
+}
+
+/// A controller [`start`] spawned.
+pub struct Running {
+    pub name: &'static str,
+    pub health: Health,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
 /// A running controller's workers.
 pub type RunFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
