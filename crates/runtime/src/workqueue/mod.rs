@@ -37,7 +37,11 @@ use rate_limit::RateLimiter;
 /// How often the unfinished-work gauges are refreshed (client-go's
 /// `defaultUnfinishedWorkUpdatePeriod`). The same tick also moves due
 /// scheduled keys into the queue while every worker is busy, so
-/// `workqueue_depth` never lags by more than this.
+/// `workqueue_depth` never lags by more than this. An idle queue (nothing
+/// processing, nothing scheduled) does not tick: its gauges are 0 and stay
+/// so until a worker takes a key or a key is scheduled, which wakes it
+/// (client-go ticks regardless; with eight queues that was most of an idle
+/// kcm-rs's wake-ups).
 const MAINTENANCE_PERIOD: Duration = Duration::from_millis(500);
 
 /// Longer delays are clamped to this (about 30 years) so the fire time
@@ -79,6 +83,9 @@ struct Inner<K> {
     ready: Notify,
     /// Wakes `shutdown_with_drain` when the last in-flight key is done.
     idle: Notify,
+    /// Wakes an idle maintenance task: a worker took a key, a key was
+    /// scheduled, or the queue was dropped.
+    busy: Arc<Notify>,
     metrics: QueueMetrics,
 }
 
@@ -203,10 +210,11 @@ where
             }),
             ready: Notify::new(),
             idle: Notify::new(),
+            busy: Arc::new(Notify::new()),
             metrics: QueueMetrics::new(name),
         });
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(maintain(Arc::downgrade(&inner)));
+            handle.spawn(maintain(Arc::downgrade(&inner), Arc::clone(&inner.busy)));
         }
         Self { inner }
     }
@@ -267,6 +275,7 @@ where
         if st.schedule(key, at) {
             // A worker sleeping until a later deadline must re-arm its timer.
             self.inner.ready.notify_one();
+            self.inner.busy.notify_one();
         }
     }
 
@@ -311,6 +320,7 @@ where
                     st.update_depth(m);
                     st.processing.insert(key.clone(), now);
                     drop(st);
+                    self.inner.busy.notify_one();
                     // This worker takes one; others may take the rest.
                     self.wake(pushed.saturating_sub(1));
                     return Some(key);
@@ -454,6 +464,8 @@ where
         drop(st);
         self.inner.ready.notify_waiters();
         self.inner.idle.notify_waiters();
+        // An idle maintenance task wakes to see the shutdown and end.
+        self.inner.busy.notify_one();
     }
 
     /// Recomputes `workqueue_unfinished_work_seconds` and
@@ -477,31 +489,54 @@ impl<K: Clone + Eq + Hash> Inner<K> {
 
     /// One maintenance tick; returns false once the queue is shut down.
     fn maintain_once(&self) -> bool {
+        self.maintain_tick().is_some()
+    }
+
+    /// One maintenance tick: `None` once the queue is shut down, else
+    /// whether it is idle (nothing processing, nothing scheduled).
+    fn maintain_tick(&self) -> Option<bool> {
         let mut st = self.state.lock();
         if st.shutting_down {
-            return false;
+            return None;
         }
         let now = Instant::now();
         let pushed = st.promote_due(now, &self.metrics);
         st.update_unfinished(now, &self.metrics);
+        let idle = st.processing.is_empty() && st.waiting.is_empty();
         drop(st);
         self.wake(pushed);
-        true
+        Some(idle)
     }
 }
 
 /// Background upkeep of one queue; holds only a weak reference so dropping
-/// every handle ends it.
-async fn maintain<K: Clone + Eq + Hash>(inner: Weak<Inner<K>>) {
+/// every handle ends it (the queue's drop wakes it through `busy`). Idle,
+/// it sleeps until `busy` says a key is processing or scheduled.
+async fn maintain<K: Clone + Eq + Hash>(inner: Weak<Inner<K>>, busy: Arc<Notify>) {
     let mut tick = tokio::time::interval(MAINTENANCE_PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let Some(inner) = inner.upgrade() else {
-            return;
+        let idle = {
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            match inner.maintain_tick() {
+                None => return,
+                Some(idle) => idle,
+            }
         };
-        if !inner.maintain_once() {
-            return;
+        if idle {
+            // A notify_one between the tick and here leaves a permit, so
+            // this returns at once.
+            busy.notified().await;
+            tick.reset();
         }
+    }
+}
+
+impl<K> Drop for Inner<K> {
+    fn drop(&mut self) {
+        self.busy.notify_one();
     }
 }

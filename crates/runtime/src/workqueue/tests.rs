@@ -433,3 +433,24 @@ async fn longest_waiting_is_the_age_of_the_head_of_the_ready_queue() {
     advance(Duration::from_secs(12)).await;
     assert_eq!(q.longest_waiting(), Some(Duration::from_secs(2)));
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_queue_wakes_for_scheduled_and_processing_keys() {
+    let q = queue("test_idle_wake");
+    let m = &q.inner.metrics;
+    // The maintenance task finds the queue idle and stops ticking.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    q.add_after(k("a"), Duration::from_secs(1));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(m.depth.get(), 1, "the scheduled key was promoted");
+    let key = get_now(&q).await.expect("key");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        m.longest_running.get() >= 2.0,
+        "the gauge follows the key being processed: {}",
+        m.longest_running.get()
+    );
+    q.done(&key);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(m.longest_running.get(), 0.0);
+}
