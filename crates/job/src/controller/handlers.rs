@@ -290,7 +290,10 @@ impl<P: JobPort> JobController<P> {
 
     /// Registers the handlers on the shared informers. They hold a weak
     /// reference so a stopped controller can be dropped.
-    pub fn register(self: &Arc<Self>) {
+    pub fn register(self: &Arc<Self>)
+    where
+        P: 'static,
+    {
         let me: Weak<Self> = Arc::downgrade(self);
         self.pods.add_handler(Arc::new(move |c: &Change<Pod>| {
             let Some(me) = me.upgrade() else { return };

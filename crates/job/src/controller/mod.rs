@@ -125,7 +125,10 @@ impl<P: JobPort> JobController<P> {
 
     /// Waits for the caches, then runs `workers` job workers and as many
     /// orphan workers on the host until `stop`; in-flight syncs finish first.
-    pub async fn run(self: Arc<Self>, host: Host, workers: u32, stop: CancellationToken) {
+    pub async fn run(self: Arc<Self>, host: Host, workers: u32, stop: CancellationToken)
+    where
+        P: 'static,
+    {
         host.track(&self.jobs);
         host.track(&self.pods);
         if !host.wait_for_sync(&stop).await {

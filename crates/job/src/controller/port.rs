@@ -125,8 +125,9 @@ where
     next
 }
 
-/// Every write the Job controller's executor makes, and its events.
-pub trait JobPort: Send + Sync + 'static {
+/// Every write the Job controller's executor makes, and its events. Not
+/// `'static`: a test world may lend itself for one sync.
+pub trait JobPort: Send + Sync {
     /// Creates `pod` (built from the Job's template) in the Job's namespace.
     fn create_pod(&self, job: &Job, pod: &Pod) -> impl Future<Output = Settle<Written>> + Send;
     /// Deletes the pod, without preconditions.
