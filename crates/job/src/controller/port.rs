@@ -15,6 +15,7 @@ use std::future::Future;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kcm_runtime::client::{LeanApi, Written};
 use kcm_runtime::events::{EventType, Recorder};
 use kube::Api;
@@ -147,11 +148,11 @@ pub trait JobPort: Send + Sync {
     fn event(&self, job: &Job, type_: EventType, reason: &str, message: String);
 }
 
-fn ns_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+fn ns_of(meta: &ObjectMeta) -> &str {
     meta.namespace.as_deref().unwrap_or("")
 }
 
-fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+fn name_of(meta: &ObjectMeta) -> &str {
     meta.name.as_deref().unwrap_or("")
 }
 
