@@ -1,12 +1,16 @@
 //! The Job controller of kcm-rs (KCM's `job-controller`).
 //!
 //! Layout and data flow: `controller/` is the executor (informer handlers,
-//! work queues, `sync_job`, pod and finalizer writes); each sync runs the
-//! pure stages of `sync/` (prepare → manage → tracking) over a snapshot of
-//! the Job and its pods. The rules they apply live in `pod_failure_policy/`
-//! (KEP-3329 matching), `indexes` (Indexed Jobs, backoffLimitPerIndex),
-//! `success_policy`, `backoff` and `active_pods`; `pods` and `selector` are
-//! small predicates. `explain/` and `lint/` are `kcm-rs explain` and
+//! work queues, `sync_job`, claiming, pod and finalizer writes); each sync
+//! runs the pure stages of `sync/` (prepare → manage → tracking) over a
+//! snapshot of the Job and its pods, then performs what they decided
+//! through one write port, `controller::port::JobPort` (pod create, delete,
+//! finalizer removal, adopt, release, status write, events; `ApiPort` over
+//! the API server), which also owns the "NotFound means done" rule and the
+//! bounded fan-out of multi-pod writes. The rules the stages apply live in
+//! `pod_failure_policy/` (KEP-3329 matching), `indexes` (Indexed Jobs,
+//! backoffLimitPerIndex), `success_policy`, `backoff` and `active_pods`;
+//! `pods` and `selector` are small predicates. `explain/` and `lint/` are `kcm-rs explain` and
 //! `kcm-rs lint`: they call the same matcher and `sync::prepare`, never a
 //! copy of them.
 
@@ -62,8 +66,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     let rate = RateLimit::per_key(controller::JOB_API_BACKOFF, controller::MAX_JOB_API_BACKOFF);
     let config = sync::Config::new(&ctx.features);
     let jc = Arc::new(controller::JobController {
-        recorder: Recorder::new(client.clone(), NAME),
-        client,
+        port: controller::port::ApiPort::new(client.clone(), Recorder::new(client, NAME)),
         jobs,
         pods,
         queue: WorkQueue::new("job", rate),

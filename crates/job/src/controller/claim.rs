@@ -7,20 +7,14 @@ use std::sync::Arc;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kcm_runtime::informer::BY_CONTROLLER_UID;
-use kube::Api;
-use kube::api::{Patch, PatchParams};
-use serde_json::json;
 
 use super::handlers::controller_of;
+use super::port::{JobPort, Settled};
 use super::{BY_ORPHAN_NAMESPACE, JobController};
 use crate::pods::JOB_TRACKING_FINALIZER;
 use crate::selector;
 
-fn is_404_or_422(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404 || s.code == 422)
-}
-
-impl JobController {
+impl<P: JobPort> JobController<P> {
     /// The Job's pods; errors of adoption or release are returned after the
     /// claimed list is complete (the sync then fails and retries).
     pub(super) async fn pods_for_job(&self, job: &Job) -> (Vec<Arc<Pod>>, Option<kube::Error>) {
@@ -39,7 +33,6 @@ impl JobController {
         // Parsed once: a sync walks every pod the Job owns (10,000 in W2).
         let selects = selector::matcher(&sel);
         let deleting = job.metadata.deletion_timestamp.is_some();
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
         let mut claimed = Vec::new();
         let mut error = None;
         for pod in self.pods.store().by_index(BY_CONTROLLER_UID, &uid) {
@@ -49,26 +42,15 @@ impl JobController {
             if selects(pod.metadata.labels.as_ref()) {
                 claimed.push(pod);
             } else if !deleting {
-                let name = pod.metadata.name.clone().unwrap_or_default();
-                let patch = json!({
-                    "metadata": {
-                        "uid": pod.metadata.uid,
-                        "ownerReferences": [{ "$patch": "delete", "uid": uid }],
-                        "$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER],
-                    }
-                });
-                match api
-                    .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
-                    .await
-                {
-                    Ok(p) => self.rw.on_write(
+                match self.port.release_pod(job, &pod).await {
+                    Ok(Settled::Written(p)) => self.rw.on_write(
                         &job_key,
                         &uid,
                         super::consistency::Resource::Pods,
                         p.metadata.resource_version.as_deref(),
                     ),
-                    Err(e) if !is_404_or_422(&e) => error = Some(e),
-                    Err(_) => {}
+                    Ok(Settled::Moot) => {}
+                    Err(e) => error = Some(e),
                 }
             }
         }
@@ -88,11 +70,7 @@ impl JobController {
             if !checked {
                 // A live read: never adopt for a Job that was deleted or
                 // replaced under the same name.
-                let jobs: Api<Job> = Api::namespaced(self.client.clone(), &ns);
-                match jobs
-                    .get_opt(job.metadata.name.as_deref().unwrap_or(""))
-                    .await
-                {
+                match self.port.read_job(job).await {
                     Ok(Some(fresh))
                         if fresh.metadata.uid.as_deref() == Some(uid.as_str())
                             && fresh.metadata.deletion_timestamp.is_none() => {}
@@ -101,23 +79,8 @@ impl JobController {
                 }
                 checked = true;
             }
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            let patch = json!({
-                "metadata": {
-                    "uid": pod.metadata.uid,
-                    "ownerReferences": [{
-                        "apiVersion": "batch/v1", "kind": "Job",
-                        "name": job.metadata.name, "uid": uid,
-                        "controller": true, "blockOwnerDeletion": true
-                    }],
-                    "finalizers": [JOB_TRACKING_FINALIZER],
-                }
-            });
-            match api
-                .patch(&name, &PatchParams::default(), &Patch::Strategic(patch))
-                .await
-            {
-                Ok(patched) => {
+            match self.port.adopt_pod(job, &pod).await {
+                Ok(Settled::Written(patched)) => {
                     self.rw.on_write(
                         &job_key,
                         &uid,
@@ -132,7 +95,7 @@ impl JobController {
                         .push(JOB_TRACKING_FINALIZER.into());
                     claimed.push(Arc::new(p));
                 }
-                Err(e) if is_404_or_422(&e) => {}
+                Ok(Settled::Moot) => {}
                 Err(e) => error = Some(e),
             }
         }

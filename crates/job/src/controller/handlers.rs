@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kcm_runtime::informer::{BY_NAMESPACE, Change, object_key};
 
+use super::port::JobPort;
 use super::{JobController, OrphanKey, SYNC_JOB_BATCH_PERIOD};
 use crate::metrics::metrics;
 use crate::pod_failure_policy::{Action, effective_policy, match_pod_failure_policy};
@@ -75,7 +76,7 @@ fn newly_fails_job(job: &Job, old: &Pod, cur: &Pod, gate_enabled: bool) -> bool 
     policy.is_some() && match_pod_failure_policy(policy, cur).action == Some(Action::FailJob)
 }
 
-impl JobController {
+impl<P: JobPort> JobController<P> {
     fn resolve(&self, namespace: &str, r: &OwnerReference) -> Option<Arc<Job>> {
         if r.kind != "Job" {
             return None;
@@ -289,7 +290,10 @@ impl JobController {
 
     /// Registers the handlers on the shared informers. They hold a weak
     /// reference so a stopped controller can be dropped.
-    pub fn register(self: &Arc<Self>) {
+    pub fn register(self: &Arc<Self>)
+    where
+        P: 'static,
+    {
         let me: Weak<Self> = Arc::downgrade(self);
         self.pods.add_handler(Arc::new(move |c: &Change<Pod>| {
             let Some(me) = me.upgrade() else { return };

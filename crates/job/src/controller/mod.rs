@@ -1,11 +1,15 @@
 //! The Job controller's wiring: informers, event handlers, the `job` and
 //! `job_orphan_pod` queues, expectations, and the workers that run syncs.
+//! Every API write of the executor (`sync_job`, `claim`, `pod_control`,
+//! `orphans`) and every event goes through the [`port::JobPort`] the
+//! controller holds: [`port::ApiPort`] in KCM, an in-memory world in tests.
 
 mod claim;
 pub mod consistency;
 mod handlers;
 mod orphans;
 mod pod_control;
+pub mod port;
 mod sync_job;
 
 use std::collections::HashSet;
@@ -14,7 +18,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use kcm_runtime::events::{EventType, Recorder};
+use kcm_runtime::events::EventType;
 use kcm_runtime::expectations::{ControllerExpectations, UidTrackingExpectations};
 use kcm_runtime::host::Host;
 use kcm_runtime::informer::Informer;
@@ -24,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::BackoffStore;
 use crate::sync::Config;
+use port::{ApiPort, JobPort};
 
 /// Pod events are batched: a Job syncs at most once per this period for
 /// them (upstream SyncJobBatchPeriod).
@@ -78,8 +83,9 @@ pub enum OrphanKey {
     },
 }
 
-pub struct JobController {
-    pub client: kube::Client,
+/// The controller; `P` performs its API writes and events.
+pub struct JobController<P = ApiPort> {
+    pub port: P,
     pub jobs: Arc<Informer<Job>>,
     pub pods: Arc<Informer<Pod>>,
     pub queue: WorkQueue<String>,
@@ -89,7 +95,6 @@ pub struct JobController {
     /// UIDs of Jobs we marked finished whose update we have not seen yet.
     pub finished_jobs: Mutex<HashSet<String>>,
     pub backoff: BackoffStore,
-    pub recorder: Recorder,
     pub config: Config,
     /// Read-your-writes (1.36+), see [`consistency`].
     pub rw: consistency::ReadYourWrites,
@@ -108,20 +113,22 @@ pub fn job_ref(job: &Job) -> ObjectReference {
     }
 }
 
-impl JobController {
+impl<P: JobPort> JobController<P> {
     pub fn event(&self, job: &Job, warning: bool, reason: &str, message: impl Into<String>) {
         let kind = if warning {
             EventType::Warning
         } else {
             EventType::Normal
         };
-        self.recorder
-            .event(&job_ref(job), kind, reason, message.into());
+        self.port.event(job, kind, reason, message.into());
     }
 
     /// Waits for the caches, then runs `workers` job workers and as many
     /// orphan workers on the host until `stop`; in-flight syncs finish first.
-    pub async fn run(self: Arc<Self>, host: Host, workers: u32, stop: CancellationToken) {
+    pub async fn run(self: Arc<Self>, host: Host, workers: u32, stop: CancellationToken)
+    where
+        P: 'static,
+    {
         host.track(&self.jobs);
         host.track(&self.pods);
         if !host.wait_for_sync(&stop).await {

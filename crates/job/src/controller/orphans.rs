@@ -5,45 +5,13 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kcm_runtime::informer::object_key;
 use kcm_runtime::selector::Selector;
-use kube::Api;
-use kube::api::{Patch, PatchParams};
-use serde_json::json;
 
 use super::handlers::{controller_of, is_finished, managed_by_other};
+use super::port::{JobPort, Settled};
 use super::{BY_TRACKING_NAMESPACE, JobController, OrphanKey};
-use crate::pods::{JOB_TRACKING_FINALIZER, has_tracking_finalizer};
+use crate::pods::has_tracking_finalizer;
 
-/// The strategic-merge patch that removes only the tracking finalizer.
-pub fn remove_finalizer_patch() -> serde_json::Value {
-    json!({ "metadata": { "$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER] } })
-}
-
-/// Removes the tracking finalizer; NotFound counts as done. Returns the
-/// resourceVersion the patch returned (none after NotFound).
-pub async fn remove_finalizer(
-    client: &kube::Client,
-    pod: &Pod,
-) -> Result<Option<String>, kube::Error> {
-    let api: Api<Pod> = Api::namespaced(
-        client.clone(),
-        pod.metadata.namespace.as_deref().unwrap_or(""),
-    );
-    let name = pod.metadata.name.as_deref().unwrap_or("");
-    match api
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Strategic(remove_finalizer_patch()),
-        )
-        .await
-    {
-        Ok(p) => Ok(p.metadata.resource_version),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-impl JobController {
+impl<P: JobPort> JobController<P> {
     pub(super) async fn sync_orphan(&self, key: &OrphanKey) -> Result<(), kube::Error> {
         match key {
             OrphanKey::Name { namespace, name } => {
@@ -99,7 +67,11 @@ impl JobController {
                 return Ok(());
             }
         }
-        let rv = remove_finalizer(&self.client, pod).await?;
+        // NotFound counts as done, with no version to record.
+        let rv = match self.port.remove_finalizer(pod).await? {
+            Settled::Written(w) => w.metadata.resource_version,
+            Settled::Moot => None,
+        };
         // Filed under the owning Job only while it exists, so a deleted
         // Job's orphans leave no record behind.
         if let Some(r) = super::handlers::controller_of(pod) {

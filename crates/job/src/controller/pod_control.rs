@@ -3,16 +3,13 @@
 //! scale-down or suspension, create pods in slow-start batches), records
 //! the pod events and lowers expectations for what will not be observed.
 
-use kcm_runtime::client::{LeanApi, Written};
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 
 use super::JobController;
-use super::orphans::remove_finalizer_patch;
-use super::sync_job::{is_not_found, name_of};
+use super::port::{JobPort, Settle, Settled, fan_out, slow_start};
+use super::sync_job::name_of;
 use crate::metrics::metrics;
 use crate::pods::{has_tracking_finalizer, is_ready};
 use crate::sync::JobCtx;
@@ -27,62 +24,51 @@ fn error_message(e: &kube::Error) -> String {
     }
 }
 
-fn namespace_terminating(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")))
-}
-
 /// What removing one pod (finalizer patch, then DELETE) came to.
 struct Removal {
     /// Counted in the ready decrement (upstream: unless the patch failed).
     ready: bool,
-    /// The first error, NotFound included.
-    error: Option<kube::Error>,
+    /// The first write that did not apply decides: Moot when the pod is
+    /// gone, the error otherwise.
+    result: Settle<()>,
     /// Ok(pod name) for a successful DELETE, Err(message) for a failed one
     /// other than NotFound; None when no event is due.
     delete_event: Option<Result<String, String>>,
 }
 
 /// Removes the tracking finalizer, then deletes the pod (upstream
-/// `deleteJobPods` for one pod). The DELETE is not tried if the patch
-/// failed, even with NotFound.
-async fn remove_pod(api: &LeanApi<Pod>, p: &Pod) -> Removal {
-    let name = name_of(p);
-    if has_tracking_finalizer(p)
-        && let Err(e) = api
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Strategic(remove_finalizer_patch()),
-            )
-            .await
-    {
-        return Removal {
-            ready: false,
-            error: Some(e),
-            delete_event: None,
+/// `deleteJobPods` for one pod). The DELETE is not tried if the patch did
+/// not apply, even when the pod is gone.
+async fn remove_pod<P: JobPort>(port: &P, p: &Pod) -> Removal {
+    if has_tracking_finalizer(p) {
+        let result = match port.remove_finalizer(p).await {
+            Ok(Settled::Written(_)) => None,
+            Ok(Settled::Moot) => Some(Ok(Settled::Moot)),
+            Err(e) => Some(Err(e)),
         };
+        if let Some(result) = result {
+            return Removal {
+                ready: false,
+                result,
+                delete_event: None,
+            };
+        }
     }
     let ready = is_ready(p);
-    match api.delete(&name, &DeleteParams::default()).await {
-        Ok(_) => Removal {
-            ready,
-            error: None,
-            delete_event: Some(Ok(name)),
-        },
-        Err(e) if is_not_found(&e) => Removal {
-            ready,
-            error: Some(e),
-            delete_event: None,
-        },
-        Err(e) => Removal {
-            ready,
-            delete_event: Some(Err(error_message(&e))),
-            error: Some(e),
-        },
+    let result = port.delete_pod(p).await;
+    let delete_event = match &result {
+        Ok(Settled::Written(())) => Some(Ok(name_of(p))),
+        Ok(Settled::Moot) => None,
+        Err(e) => Some(Err(error_message(e))),
+    };
+    Removal {
+        ready,
+        result,
+        delete_event,
     }
 }
 
-impl JobController {
+impl<P: JobPort> JobController<P> {
     /// Performs `work` against the API server; returns what it achieved
     /// (for [`crate::sync::manage::apply_outcome`]) and the first error.
     pub(super) async fn do_pod_work(
@@ -91,33 +77,21 @@ impl JobController {
         ctx: &JobCtx,
         work: &PodWork,
     ) -> (Outcome, Option<kube::Error>) {
-        let ns = ctx.job.metadata.namespace.clone().unwrap_or_default();
-        let api = self.pods_lean(&ns);
         let job = &ctx.job;
         match work {
             PodWork::DeleteActive(pods) => {
-                let results: Vec<(String, bool, Result<(), kube::Error>)> =
-                    futures::stream::iter(pods.iter().cloned())
-                        .map(|p: Arc<Pod>| {
-                            let api = api.clone();
-                            async move {
-                                let r = api
-                                    .delete(&name_of(&p), &DeleteParams::default())
-                                    .await
-                                    .map(|_| ());
-                                (name_of(&p), is_ready(&p), r)
-                            }
-                        })
-                        .buffer_unordered(64)
-                        .collect()
-                        .await;
+                let results = fan_out(pods.iter().cloned(), |p: Arc<Pod>| async move {
+                    let r = self.port.delete_pod(&p).await;
+                    (name_of(&p), is_ready(&p), r)
+                })
+                .await;
                 let mut out = Outcome::default();
                 let mut error = None;
                 for (name, ready, r) in results {
                     // Upstream counts every ready pod, deleted or not.
                     out.deleted_ready += i32::from(ready);
                     match r {
-                        Ok(()) => {
+                        Ok(Settled::Written(())) => {
                             out.deleted += 1;
                             self.event(
                                 job,
@@ -126,7 +100,7 @@ impl JobController {
                                 format!("Deleted pod: {name}"),
                             );
                         }
-                        Err(e) if is_not_found(&e) => out.deleted += 1,
+                        Ok(Settled::Moot) => out.deleted += 1,
                         Err(e) => {
                             self.event(
                                 job,
@@ -143,14 +117,10 @@ impl JobController {
             PodWork::Remove(pods) => {
                 self.expectations
                     .expect_deletions(key, i64::try_from(pods.len()).unwrap_or(i64::MAX));
-                let results: Vec<Removal> = futures::stream::iter(pods.iter().cloned())
-                    .map(|p: Arc<Pod>| {
-                        let api = api.clone();
-                        async move { remove_pod(&api, &p).await }
-                    })
-                    .buffer_unordered(64)
-                    .collect()
-                    .await;
+                let results = fan_out(pods.iter().cloned(), |p: Arc<Pod>| async move {
+                    remove_pod(&self.port, &p).await
+                })
+                .await;
                 let mut out = Outcome::default();
                 let mut error = None;
                 for r in results {
@@ -159,15 +129,15 @@ impl JobController {
                     // included, lowers the deletion expectation (the
                     // informer will not report this deletion); only
                     // other errors make the removal count as failed.
-                    match r.error {
-                        None => out.deleted += 1,
-                        Some(e) => {
+                    match r.result {
+                        Ok(Settled::Written(())) => out.deleted += 1,
+                        Ok(Settled::Moot) => {
                             self.expectations.deletion_observed(key);
-                            if is_not_found(&e) {
-                                out.deleted += 1;
-                            } else {
-                                error.get_or_insert(e);
-                            }
+                            out.deleted += 1;
+                        }
+                        Err(e) => {
+                            self.expectations.deletion_observed(key);
+                            error.get_or_insert(e);
                         }
                     }
                     // Events as RealPodControl.DeletePod records them; the
@@ -192,8 +162,8 @@ impl JobController {
         }
     }
 
-    /// Slow start: batches of 1, 2, 4, ...; after a batch with an error the
-    /// rest are skipped and their expectations lowered.
+    /// Slow start ([`slow_start`]): after a batch with an error the rest
+    /// are skipped and their expectations lowered.
     async fn create_pods(
         &self,
         key: &str,
@@ -201,29 +171,17 @@ impl JobController {
         pods: &[Pod],
     ) -> (Outcome, Option<kube::Error>) {
         let job = &ctx.job;
-        let api = self.pods_lean(job.metadata.namespace.as_deref().unwrap_or(""));
         self.expectations
             .expect_creations(key, i64::try_from(pods.len()).unwrap_or(i64::MAX));
         let mut out = Outcome::default();
         let mut error: Option<kube::Error> = None;
         let (mut ok, mut failed) = (0u64, 0u64);
-        let mut next = 0usize;
-        let mut batch = 1usize;
-        while next < pods.len() {
-            let end = (next + batch).min(pods.len());
-            let results: Vec<Result<Written, kube::Error>> =
-                futures::stream::iter(pods[next..end].to_vec())
-                    .map(|p: Pod| {
-                        let api = api.clone();
-                        async move { api.create(&PostParams::default(), &p).await }
-                    })
-                    .buffer_unordered(64)
-                    .collect()
-                    .await;
+        let create = |p: Pod| async move { self.port.create_pod(job, &p).await };
+        let attempted = slow_start(pods, create, |results| {
             let mut batch_failed = false;
             for r in results {
                 match r {
-                    Ok(created) => {
+                    Ok(Settled::Written(created)) => {
                         ok += 1;
                         self.rw.on_write(
                             key,
@@ -239,7 +197,7 @@ impl JobController {
                         );
                     }
                     // The namespace is going away: nothing to undo or report.
-                    Err(e) if namespace_terminating(&e) => {}
+                    Ok(Settled::Moot) => {}
                     Err(e) => {
                         self.expectations.creation_observed(key);
                         out.not_created += 1;
@@ -257,17 +215,15 @@ impl JobController {
                     }
                 }
             }
-            next = end;
-            if batch_failed && next < pods.len() {
-                let skipped = pods.len() - next;
-                for _ in 0..skipped {
-                    self.expectations.creation_observed(key);
-                }
-                out.not_created += i32::try_from(skipped).unwrap_or(i32::MAX);
-                break;
-            }
-            batch = (batch * 2).min(pods.len() - next).max(1);
+            !batch_failed
+        })
+        .await;
+        // After a failed batch the rest are skipped: they will not be seen.
+        let skipped = pods.len() - attempted;
+        for _ in 0..skipped {
+            self.expectations.creation_observed(key);
         }
+        out.not_created += i32::try_from(skipped).unwrap_or(i32::MAX);
         let per_failed = crate::pods::only_replace_failed_pods(job)
             && job
                 .spec

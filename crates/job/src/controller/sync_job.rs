@@ -2,22 +2,19 @@
 //! [`crate::sync`] and performs their API calls in order, stopping at the
 //! first failed status write (the key is then retried with back-off).
 
-use kcm_runtime::client::LeanApi;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Patch, PatchParams, PostParams};
 use tracing::Instrument;
 
 use super::JobController;
 use super::consistency::Resource;
 use super::handlers::{is_finished, managed_by_other};
-use super::orphans::remove_finalizer_patch;
+use super::port::{JobPort, Settled, fan_out};
 use crate::metrics::{self, metrics};
 use crate::pods::is_indexed;
 use crate::sync::manage::{apply_outcome, pod_work};
@@ -42,10 +39,6 @@ pub enum SyncError {
     Stale(#[from] super::consistency::Stale),
 }
 
-pub(super) fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
-}
-
 pub(super) fn name_of(p: &Pod) -> String {
     p.metadata.name.clone().unwrap_or_default()
 }
@@ -55,12 +48,7 @@ fn omit_zero(v: i32) -> Option<i32> {
     (v != 0).then_some(v)
 }
 
-impl JobController {
-    /// Pod writes whose answers are not needed as pods.
-    pub(super) fn pods_lean(&self, ns: &str) -> LeanApi<Pod> {
-        LeanApi::namespaced(self.client.clone(), ns)
-    }
-
+impl<P: JobPort> JobController<P> {
     /// Files a pod write of ours under the pod's controller (1.36+).
     pub(super) fn record_pod_write(&self, pod: &Pod, rv: Option<&str>) {
         let ns = pod.metadata.namespace.as_deref().unwrap_or("");
@@ -200,9 +188,7 @@ impl JobController {
         name: &str,
         ctx: &mut JobCtx,
     ) -> Result<(), kube::Error> {
-        let written = LeanApi::<Job>::namespaced(self.client.clone(), ns)
-            .replace_status(name, &PostParams::default(), &ctx.job)
-            .await?;
+        let written = self.port.write_status(&ctx.job).await?;
         self.rw.on_write(
             &format!("{ns}/{name}"),
             ctx.job.metadata.uid.as_deref().unwrap_or(""),
@@ -361,41 +347,32 @@ impl JobController {
             .collect();
         self.finalizer_expectations
             .expect_finalizers_removed(key, uids);
-        let results: Vec<(String, Result<(), kube::Error>)> =
-            futures::stream::iter(pods.iter().cloned())
-                .map(|p: Arc<Pod>| async move {
-                    let uid = p.metadata.uid.clone().unwrap_or_default();
-                    let api = self.pods_lean(p.metadata.namespace.as_deref().unwrap_or(""));
-                    let r = api
-                        .patch(
-                            &name_of(&p),
-                            &PatchParams::default(),
-                            &Patch::Strategic(remove_finalizer_patch()),
-                        )
-                        .await;
-                    if let Ok(w) = &r {
-                        self.record_pod_write(&p, w.metadata.resource_version.as_deref());
-                    }
-                    (uid, r.map(|_| ()))
-                })
-                .buffer_unordered(64)
-                .collect()
-                .await;
+        let results = fan_out(pods.iter().cloned(), |p: Arc<Pod>| async move {
+            let uid = p.metadata.uid.clone().unwrap_or_default();
+            let r = self.port.remove_finalizer(&p).await;
+            if let Ok(Settled::Written(w)) = &r {
+                self.record_pod_write(&p, w.metadata.resource_version.as_deref());
+            }
+            (uid, r)
+        })
+        .await;
         let mut removed = HashSet::new();
         let mut error = None;
         for (uid, r) in results {
             match r {
-                Ok(()) => {
+                Ok(Settled::Written(_)) => {
+                    removed.insert(uid);
+                }
+                // Gone or failed: the informer will not report the removal.
+                Ok(Settled::Moot) => {
+                    self.finalizer_expectations
+                        .finalizer_removal_observed(key, &uid);
                     removed.insert(uid);
                 }
                 Err(e) => {
                     self.finalizer_expectations
                         .finalizer_removal_observed(key, &uid);
-                    if is_not_found(&e) {
-                        removed.insert(uid);
-                    } else if error.is_none() {
-                        error = Some(e);
-                    }
+                    error.get_or_insert(e);
                 }
             }
         }

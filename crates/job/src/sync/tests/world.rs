@@ -1,18 +1,25 @@
 //! The in-memory executor of the sync stages ([`World`]) and builders of
-//! Jobs and pods for the table and property tests.
+//! Jobs and pods for the table and property tests. A sync lends the world
+//! as the controller's [`JobPort`] ([`WorldPort`]): its pod and status
+//! writes go through the same port as the real executor's.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+use futures::executor::block_on;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodCondition, PodStatus,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kcm_runtime::client::Written;
+use kcm_runtime::events::EventType;
+use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::backoff::BackoffRecord;
+use crate::controller::port::{JobPort, Settle, Settled};
 use crate::pods::{JOB_COMPLETION_INDEX, JOB_TRACKING_FINALIZER, is_terminal};
 use crate::sync::manage::{Outcome, PodWork, apply_outcome, pod_work};
 use crate::sync::tracking::{finish, plan};
@@ -192,36 +199,9 @@ impl World {
         });
     }
 
-    fn pod_mut(&mut self, uid_: &str) -> Option<&mut Pod> {
-        self.pods
-            .iter_mut()
-            .find(|p| p.metadata.uid.as_deref() == Some(uid_))
-    }
-
-    fn remove_finalizer(&mut self, uid_: &str) {
-        if let Some(p) = self.pod_mut(uid_)
-            && let Some(f) = p.metadata.finalizers.as_mut()
-        {
-            f.retain(|x| x != JOB_TRACKING_FINALIZER);
-        }
-    }
-
-    fn delete(&mut self, uid_: &str) {
-        let now = self.now;
-        if let Some(p) = self.pod_mut(uid_)
-            && p.metadata.deletion_timestamp.is_none()
-        {
-            p.metadata.deletion_timestamp = Some(Time(now));
-        }
-    }
-
-    fn write(&mut self, status: Option<JobStatus>, writes: &mut Vec<JobStatus>) {
-        self.job.status = status;
-        writes.push(self.job.status.clone().unwrap_or_default());
-    }
-
     /// One sync of the Job, as `sync_job` runs it, with every API call
     /// succeeding and observed at once (expectations always satisfied).
+    /// The writes go through the world's [`JobPort`].
     pub fn sync(&mut self, crash: Crash) -> Report {
         let input = Input {
             job: self.job.clone(),
@@ -232,42 +212,61 @@ impl World {
             now: self.now,
             config: self.config,
         };
+        WorldPort(Mutex::new(self)).sync(input, crash)
+    }
+}
+
+/// The world lent to one sync as the executor's [`JobPort`]: the API
+/// server's half (pods and the Job's status) for the writes it simulates.
+pub(crate) struct WorldPort<'w>(Mutex<&'w mut World>);
+
+impl WorldPort<'_> {
+    fn gc(&self) {
+        self.0.lock().gc();
+    }
+
+    fn lose_backoff(&self) {
+        self.0.lock().backoff = None;
+    }
+
+    /// Every simulated write succeeds.
+    fn must<T>(r: Settle<T>) {
+        assert!(r.is_ok(), "the world refuses no write");
+    }
+
+    fn write(&self, job: &Job, writes: &mut Vec<JobStatus>) {
+        let w = block_on(self.write_status(job));
+        assert!(w.is_ok(), "the world refuses no status write");
+        writes.push(self.0.lock().job.status.clone().unwrap_or_default());
+    }
+
+    fn sync(&self, input: Input, crash: Crash) -> Report {
         let mut ctx = prepare(input);
         let work = pod_work(&mut ctx);
         let mut report_writes = Vec::new();
         if super::super::tracking::record_success_before_deletes(&mut ctx, &work) {
-            self.write(ctx.job.status.clone(), &mut report_writes);
+            self.write(&ctx.job, &mut report_writes);
         }
         let mut outcome = Outcome::default();
         match &work {
             PodWork::DeleteActive(pods) => {
                 for p in pods {
-                    self.delete(&uid(p));
+                    Self::must(block_on(self.delete_pod(p)));
                     outcome.deleted += 1;
                     outcome.deleted_ready += i32::from(crate::pods::is_ready(p));
                 }
             }
             PodWork::Remove(pods) => {
                 for p in pods {
-                    self.remove_finalizer(&uid(p));
-                    self.delete(&uid(p));
+                    Self::must(block_on(self.remove_finalizer(p)));
+                    Self::must(block_on(self.delete_pod(p)));
                     outcome.deleted += 1;
                     outcome.deleted_ready += i32::from(crate::pods::is_ready(p));
                 }
             }
             PodWork::Create(pods) => {
                 for p in pods {
-                    let mut p = p.clone();
-                    self.next += 1;
-                    let id = format!("p{}", self.next);
-                    p.metadata.name = Some(id.clone());
-                    p.metadata.uid = Some(id);
-                    p.metadata.creation_timestamp = Some(Time(self.now));
-                    p.status = Some(PodStatus {
-                        phase: Some("Pending".into()),
-                        ..Default::default()
-                    });
-                    self.pods.push(p);
+                    Self::must(block_on(self.create_pod(&ctx.job, p)));
                 }
             }
             PodWork::Backoff(_) | PodWork::Nothing => {}
@@ -283,7 +282,7 @@ impl World {
             action: ctx.action,
         };
         if crash == Crash::AfterPodWork {
-            self.backoff = None;
+            self.lose_backoff();
             return report;
         }
         let status = ctx.job.status.get_or_insert_with(JobStatus::default);
@@ -296,35 +295,134 @@ impl World {
         status.terminating = Some(ctx.terminating);
         let mut tracking = plan(&mut ctx, needs_flush);
         if tracking.flush {
-            self.write(ctx.job.status.clone(), &mut report.writes);
-            self.backoff = Some(ctx.new_backoff);
+            self.write(&ctx.job, &mut report.writes);
+            self.0.lock().backoff = Some(ctx.new_backoff);
         }
         if crash == Crash::AfterFlush {
-            self.backoff = None;
+            self.lose_backoff();
             return report;
         }
         let mut removed = HashSet::new();
         for (n, p) in tracking.remove_finalizers.iter().enumerate() {
             if crash == Crash::MidRemoval(n) {
                 self.gc();
-                self.backoff = None;
+                self.lose_backoff();
                 return report;
             }
-            self.remove_finalizer(&uid(p));
+            Self::must(block_on(self.remove_finalizer(p)));
             removed.insert(uid(p));
         }
         self.gc();
         if crash == Crash::BeforeLastWrite {
-            self.backoff = None;
+            self.lose_backoff();
             return report;
         }
         let fin = finish(&mut ctx, &mut tracking, &removed, false);
         if fin.flush {
-            self.write(ctx.job.status.clone(), &mut report.writes);
+            self.write(&ctx.job, &mut report.writes);
         }
         report.finished = fin.finished;
         report
     }
+}
+
+/// The world's pod, or Moot when it is gone (as NotFound is for the API).
+fn with_pod<T>(w: &mut World, pod: &Pod, f: impl FnOnce(&mut Pod, Timestamp) -> T) -> Settle<T> {
+    let now = w.now;
+    let uid_ = uid(pod);
+    Ok(
+        match w
+            .pods
+            .iter_mut()
+            .find(|p| p.metadata.uid.as_deref() == Some(uid_.as_str()))
+        {
+            Some(p) => Settled::Written(f(p, now)),
+            None => Settled::Moot,
+        },
+    )
+}
+
+impl JobPort for WorldPort<'_> {
+    async fn create_pod(&self, _job: &Job, pod: &Pod) -> Settle<Written> {
+        let mut w = self.0.lock();
+        let mut p = pod.clone();
+        w.next += 1;
+        let id = format!("p{}", w.next);
+        p.metadata.name = Some(id.clone());
+        p.metadata.uid = Some(id.clone());
+        p.metadata.creation_timestamp = Some(Time(w.now));
+        p.status = Some(PodStatus {
+            phase: Some("Pending".into()),
+            ..Default::default()
+        });
+        w.pods.push(p);
+        let mut written = Written::default();
+        written.metadata.name = Some(id);
+        Ok(Settled::Written(written))
+    }
+
+    async fn delete_pod(&self, pod: &Pod) -> Settle<()> {
+        with_pod(&mut self.0.lock(), pod, |p, now| {
+            if p.metadata.deletion_timestamp.is_none() {
+                p.metadata.deletion_timestamp = Some(Time(now));
+            }
+        })
+    }
+
+    async fn remove_finalizer(&self, pod: &Pod) -> Settle<Written> {
+        with_pod(&mut self.0.lock(), pod, |p, _| {
+            if let Some(f) = p.metadata.finalizers.as_mut() {
+                f.retain(|x| x != JOB_TRACKING_FINALIZER);
+            }
+            Written::default()
+        })
+    }
+
+    async fn adopt_pod(&self, job: &Job, pod: &Pod) -> Settle<Written> {
+        with_pod(&mut self.0.lock(), pod, |p, _| {
+            p.metadata
+                .owner_references
+                .get_or_insert_with(Vec::new)
+                .push(OwnerReference {
+                    api_version: "batch/v1".into(),
+                    kind: "Job".into(),
+                    name: job.metadata.name.clone().unwrap_or_default(),
+                    uid: job.metadata.uid.clone().unwrap_or_default(),
+                    controller: Some(true),
+                    block_owner_deletion: Some(true),
+                });
+            p.metadata
+                .finalizers
+                .get_or_insert_with(Vec::new)
+                .push(JOB_TRACKING_FINALIZER.into());
+            Written::default()
+        })
+    }
+
+    async fn release_pod(&self, job: &Job, pod: &Pod) -> Settle<Written> {
+        with_pod(&mut self.0.lock(), pod, |p, _| {
+            if let Some(refs) = p.metadata.owner_references.as_mut() {
+                refs.retain(|r| Some(&r.uid) != job.metadata.uid.as_ref());
+            }
+            if let Some(f) = p.metadata.finalizers.as_mut() {
+                f.retain(|x| x != JOB_TRACKING_FINALIZER);
+            }
+            Written::default()
+        })
+    }
+
+    /// Only the status is written, as through the status subresource.
+    async fn write_status(&self, job: &Job) -> Result<Written, kube::Error> {
+        self.0.lock().job.status = job.status.clone();
+        Ok(Written::default())
+    }
+
+    async fn read_job(&self, _job: &Job) -> Result<Option<Job>, kube::Error> {
+        Ok(Some(self.0.lock().job.clone()))
+    }
+
+    /// The stages' events are checked in [`Report::events`].
+    fn event(&self, _job: &Job, _type: EventType, _reason: &str, _message: String) {}
 }
 
 pub(crate) fn conditions(s: &JobStatus) -> Vec<(String, String, String)> {
