@@ -69,7 +69,11 @@ pub fn is_moot(kind: WriteKind, e: &kube::Error) -> bool {
             .as_ref()
             .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")),
         WriteKind::Delete | WriteKind::RemoveFinalizer => s.code == 404,
-        WriteKind::Adopt | WriteKind::Release => s.code == 404 || s.code == 422,
+        // Upstream's ClaimObject ignores only a pod gone on adoption (a 422,
+        // e.g. another controller's ownerRef, is retried); ReleasePod also
+        // ignores 422 (no ownerRef left, or the pod was recreated).
+        WriteKind::Adopt => s.code == 404,
+        WriteKind::Release => s.code == 404 || s.code == 422,
         WriteKind::Status => false,
     }
 }
@@ -291,7 +295,7 @@ mod tests {
         }
         assert!(!is_moot(Create, &not_found));
         assert!(!is_moot(Status, &not_found));
-        assert!(is_moot(Adopt, &invalid) && is_moot(Release, &invalid));
+        assert!(!is_moot(Adopt, &invalid) && is_moot(Release, &invalid));
         assert!(!is_moot(Delete, &invalid) && !is_moot(RemoveFinalizer, &invalid));
         assert!(is_moot(Create, &terminating));
         assert!(!is_moot(Delete, &terminating));
