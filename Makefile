@@ -7,7 +7,7 @@ ARGS ?=
 DEV_ARGS ?=
 IMAGE ?= kcm-rs:dev
 
-.PHONY: run run-examples test lint unit e2e bench chaos controlplane fmt clean-run \
+.PHONY: run run-examples test lint unit e2e differential bench chaos controlplane fmt clean-run \
 	check-tools monitoring image kind-up
 
 ## run: kcm-rs against $KUBECONFIG / --kubeconfig in ARGS, else against a local
@@ -76,11 +76,21 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+## unit: every crate's unit and doc tests (no API server).
+## e2e: every crate's integration tests on the real API server but the
+## differential suites (hack/test-targets.sh lists them).
+## differential: every controller's differential suite against upstream KCM of
+## KCM_E2E_K8S_VERSION (default 1.34). `make test` is the union of the three
+## (plus lint, and the differential suites again on 1.37).
 unit:
 	$(CARGO) test --workspace --lib --bins
+	$(CARGO) test --workspace --doc
 
 e2e: controlplane
-	$(CARGO) test -p kcm-e2e --tests
+	$(CARGO) test $$(hack/test-targets.sh e2e)
+
+differential: controlplane
+	$(CARGO) test $$(hack/test-targets.sh differential)
 
 ## controlplane: build (or reuse) kube-apiserver and kube-controller-manager.
 controlplane:
