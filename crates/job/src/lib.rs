@@ -77,6 +77,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
         backoff: backoff::BackoffStore::new(),
         config,
         rw: controller::consistency::ReadYourWrites::new(config.read_your_writes),
+        clock: ctx.clock.clone(),
     });
     metrics::set_minor(ctx.version.minor());
     if ctx.version.at_least(36) {

@@ -98,6 +98,8 @@ pub struct JobController<P = ApiPort> {
     pub config: Config,
     /// Read-your-writes (1.36+), see [`consistency`].
     pub rw: consistency::ReadYourWrites,
+    /// The runtime's one clock: the `now` each sync decides with.
+    pub clock: kcm_runtime::clock::Clock,
 }
 
 /// The core/v1 reference of a Job, for events.

@@ -4,9 +4,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
 
-use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::Pod;
 use tracing::Instrument;
@@ -63,7 +61,7 @@ impl<P: JobPort> JobController<P> {
     }
 
     pub(super) async fn sync_job(&self, key: &str) -> Result<(), SyncError> {
-        let started = Instant::now();
+        let started = self.clock.instant();
         let Some((ns, name)) = key
             .split_once('/')
             .filter(|(n, m)| !n.is_empty() && !m.is_empty())
@@ -146,7 +144,7 @@ impl<P: JobPort> JobController<P> {
             satisfied,
             expected_rm_finalizers: self.finalizer_expectations.get_uids(key),
             stored_backoff: self.backoff.get(key),
-            now: Timestamp::now(),
+            now: self.clock.now(),
             config: self.config,
         };
         let mut ctx = prepare(input);
