@@ -52,7 +52,8 @@ pub struct Outcome {
     pub not_created: i32,
 }
 
-fn controller_ref(job: &Job) -> OwnerReference {
+/// The controller ownerRef a Job puts on its pods.
+pub fn controller_ref(job: &Job) -> OwnerReference {
     OwnerReference {
         api_version: "batch/v1".into(),
         kind: "Job".into(),

@@ -12,7 +12,7 @@ use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodCondition, PodStatus,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kcm_runtime::client::Written;
 use kcm_runtime::events::EventType;
 use parking_lot::Mutex;
@@ -383,14 +383,7 @@ impl JobPort for WorldPort<'_> {
             p.metadata
                 .owner_references
                 .get_or_insert_with(Vec::new)
-                .push(OwnerReference {
-                    api_version: "batch/v1".into(),
-                    kind: "Job".into(),
-                    name: job.metadata.name.clone().unwrap_or_default(),
-                    uid: job.metadata.uid.clone().unwrap_or_default(),
-                    controller: Some(true),
-                    block_owner_deletion: Some(true),
-                });
+                .push(crate::sync::manage::controller_ref(job));
             p.metadata
                 .finalizers
                 .get_or_insert_with(Vec::new)
