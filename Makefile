@@ -34,7 +34,7 @@ run-examples:
 test: check-tools lint controlplane
 	$(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
-	$(MAKE) test-versions K8S_VERSIONS=1.37
+	$(MAKE) test-versions K8S_VERSIONS=1.37 TEST_GATES=no
 
 ## check-tools: the monitoring tests need promtool and prometheus (Debian
 ## package `prometheus`; .ci/run installs it).
@@ -99,8 +99,13 @@ controlplane:
 ## controlplane-versions: the same for every supported Kubernetes version
 ## (K8S_VERSIONS; 1.34 in target/e2e-bin, the others in target/e2e-bin/1.N).
 ## test-versions: each controller's differential suite against that version's
-## API server and upstream KCM (KCM_E2E_K8S_VERSION=1.N), every version run.
+## API server and upstream KCM (KCM_E2E_K8S_VERSION=1.N), every version run,
+## then the gate strings against each version's KCM; a table in
+## target/test-versions/report.md.
 K8S_VERSIONS ?= 1.34 1.35 1.36 1.37
+# The gate-string comparison with upstream KCM of each version (make test runs
+# it for 1.34 and 1.37 with the other tests, so it passes TEST_GATES=no).
+TEST_GATES ?= yes
 DIFFERENTIAL_CRATES := -p kcm-job -p kcm-podgc -p kcm-taint-eviction -p kcm-disruption
 .PHONY: controlplane-versions test-versions
 controlplane-versions:
@@ -115,6 +120,12 @@ test-versions: controlplane-versions
 	    [[ $${PIPESTATUS[0]} == 0 ]] || failed+=" $$v/$$c"; \
 	  done; \
 	done; \
+	if [[ "$(TEST_GATES)" == yes ]]; then \
+	  echo "== feature-gate strings on Kubernetes $(K8S_VERSIONS)" >&2; \
+	  KCM_GATE_VERSIONS="$(K8S_VERSIONS)" $(CARGO) test -p kcm-e2e --test feature_gates -- --nocapture 2>&1 \
+	    | tee target/test-versions/gates.log; \
+	  [[ $${PIPESTATUS[0]} == 0 ]] || failed+=" gates"; \
+	fi; \
 	hack/versions-report.sh target/test-versions $(K8S_VERSIONS) > target/test-versions/report.md; \
 	cat target/test-versions/report.md; \
 	if [[ -n "$$failed" ]]; then echo "error: differential suites differ on Kubernetes$$failed" >&2; exit 1; fi

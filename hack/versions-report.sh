@@ -20,3 +20,16 @@ for v in "$@"; do
   done
   echo
 done
+gates="$dir/gates.log"
+if [[ -f "$gates" ]]; then
+  echo
+  echo '| Kubernetes | gate strings | same verdict as upstream KCM | listed deviations | differing |'
+  echo '|---|--:|--:|--:|--:|'
+  for v in "$@"; do
+    lines=$(grep -E "^$v \"" "$gates" | sort -u || true)
+    total=$(grep -c . <<<"$lines" || true)
+    dev=$(grep -c '\[deviation' <<<"$lines" || true)
+    same=$(grep -cE 'upstream accepts, kcm-rs accepts|upstream rejects, kcm-rs rejects' <<<"$lines" || true)
+    printf '| %s | %s | %s | %s | %s |\n' "$v" "$total" "$same" "$dev" "$((total - same - dev))"
+  done
+fi
