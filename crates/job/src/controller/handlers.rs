@@ -261,7 +261,9 @@ impl<P: JobPort> JobController<P> {
         if let (Some(start), Some(ads)) = (start, cur_ads)
             && old_ads != Some(ads)
         {
-            let passed = self.clock.now()
+            let passed = self
+                .clock
+                .now()
                 .duration_since(start.0)
                 .as_secs_f64()
                 .max(0.0);
