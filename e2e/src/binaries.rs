@@ -30,6 +30,14 @@ pub fn normalize_version(version: &str) -> String {
     v.split('.').take(2).collect::<Vec<_>>().join(".")
 }
 
+/// The minor of [`k8s_version`], e.g. 37.
+pub fn k8s_minor() -> u32 {
+    let v = k8s_version();
+    v.trim_start_matches("1.")
+        .parse()
+        .unwrap_or_else(|_| panic!("KCM_E2E_K8S_VERSION {v:?} is not 1.N"))
+}
+
 /// The Kubernetes version of the control plane and upstream KCM:
 /// `$KCM_E2E_K8S_VERSION` (e.g. `1.37`), else [`DEFAULT_K8S_VERSION`].
 pub fn k8s_version() -> String {

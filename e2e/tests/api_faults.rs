@@ -32,20 +32,14 @@ fn script(path: &str, fault: Fault, times: usize) -> Script {
 
 /// Pod GC alone, fast periods, through `proxy`.
 fn podgc_via(proxy: &FaultProxy, log: &std::path::Path) -> std::process::Child {
-    let log = std::fs::File::create(log).expect("log file");
-    std::process::Command::new(support::kcm_rs_binary())
-        .arg(format!("--kubeconfig={}", proxy.kubeconfig().display()))
-        .args([
-            "--controllers=pod-garbage-collector-controller",
-            "--leader-elect=false",
-            "--secure-port=0",
-            "--pod-gc-period=1s",
-            "--pod-gc-quarantine=1s",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("kcm-rs")
+    let args = [
+        "--controllers=pod-garbage-collector-controller",
+        "--leader-elect=false",
+        "--secure-port=0",
+        "--pod-gc-period=1s",
+        "--pod-gc-quarantine=1s",
+    ];
+    support::spawn_kcm_rs(proxy.kubeconfig(), &args, log)
 }
 
 fn is_lookup(r: &Record) -> bool {

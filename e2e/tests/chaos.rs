@@ -270,23 +270,17 @@ async fn fault_proxy_forwards_streams_faults_and_cuts() {
     );
 }
 
-/// A kcm-rs job-controller through a fault proxy, its log in `cp.dir()`.
+/// A kcm-rs job-controller through a fault proxy, its log in `log`.
 fn job_controller_via(
     proxy: &kcm_e2e::faults::FaultProxy,
     log: &std::path::Path,
 ) -> std::process::Child {
-    let log = std::fs::File::create(log).expect("log file");
-    std::process::Command::new(support::kcm_rs_binary())
-        .arg(format!("--kubeconfig={}", proxy.kubeconfig().display()))
-        .args([
-            "--controllers=job-controller",
-            "--leader-elect=false",
-            "--secure-port=0",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("kcm-rs")
+    let args = [
+        "--controllers=job-controller",
+        "--leader-elect=false",
+        "--secure-port=0",
+    ];
+    support::spawn_kcm_rs(proxy.kubeconfig(), &args, log)
 }
 
 /// Runs an Indexed Job of three pods whose success policy is index 0: the

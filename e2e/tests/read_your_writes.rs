@@ -68,21 +68,17 @@ async fn run_as(cp: &kcm_e2e::ControlPlane, client: &kube::Client, minor: &str) 
         .expect("proxy");
     let port = free_port().expect("port");
     let log_path = cp.dir().join(format!("kcm-rs-ryw-{minor}.log"));
-    let log = std::fs::File::create(&log_path).expect("log");
-    let mut kcm = std::process::Command::new(support::kcm_rs_binary())
-        .arg(format!("--kubeconfig={}", proxy.kubeconfig().display()))
-        .arg(format!("--emulated-version={minor}"))
-        .args([
-            "--controllers=job-controller",
-            "--leader-elect=false",
-            "--bind-address=127.0.0.1",
-            OPEN_PATHS,
-        ])
-        .arg(format!("--secure-port={port}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("kcm-rs");
+    let emulated = format!("--emulated-version={minor}");
+    let secure_port = format!("--secure-port={port}");
+    let args = [
+        emulated.as_str(),
+        "--controllers=job-controller",
+        "--leader-elect=false",
+        "--bind-address=127.0.0.1",
+        OPEN_PATHS,
+        secure_port.as_str(),
+    ];
+    let mut kcm = support::spawn_kcm_rs(proxy.kubeconfig(), &args, &log_path);
 
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);

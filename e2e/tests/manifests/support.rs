@@ -228,6 +228,20 @@ pub fn kcm_rs_binary() -> PathBuf {
     bin
 }
 
+/// The kcm-rs binary against `kubeconfig` with `args`, its log (stderr) in
+/// `log`: for tests that run it through the fault proxy (not manifests.rs).
+#[allow(dead_code)]
+pub fn spawn_kcm_rs(kubeconfig: &Path, args: &[&str], log: &Path) -> std::process::Child {
+    let log = std::fs::File::create(log).expect("log file");
+    Command::new(kcm_rs_binary())
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("kcm-rs")
+}
+
 /// Writes a kubeconfig with a bearer `token` for the admin kubeconfig's
 /// server and CA.
 pub fn token_kubeconfig(admin: &Path, token: &str, out: &Path) {

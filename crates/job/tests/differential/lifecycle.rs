@@ -48,10 +48,7 @@ async fn d12_suspend_resume() {
     // Both sides agree (above); what they agree on depends on the minor:
     // from 1.36 (MutableSchedulingDirectivesForSuspendedJobs on by
     // default) suspending clears startTime, before it stays.
-    let minor: u32 = kcm_e2e::binaries::k8s_version()
-        .trim_start_matches("1.")
-        .parse()
-        .expect("minor");
+    let minor = kcm_e2e::binaries::k8s_minor();
     assert_eq!(
         suspended.start_time_set,
         minor < 36,

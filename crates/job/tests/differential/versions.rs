@@ -9,13 +9,6 @@ use serde_json::json;
 use crate::support::script::*;
 use crate::support::*;
 
-fn minor() -> u32 {
-    kcm_e2e::binaries::k8s_version()
-        .trim_start_matches("1.")
-        .parse()
-        .expect("minor")
-}
-
 /// Two pods run and are ready; one fails, and the replacement waits for
 /// the 10 s failure back-off. Upstream before 1.36 computes `active` 0
 /// while creation waits, so its status write (active 0, ready 1) is
@@ -58,7 +51,7 @@ async fn failure_during_back_off(s: Scn) {
 async fn d30_failure_counted_while_creation_waits_for_back_off() {
     let (theirs, ours) = play_both(|s| Box::pin(failure_during_back_off(s))).await;
     let at = |snaps: &Snaps, i: usize| snaps[i].1.clone();
-    let minor = minor();
+    let minor = kcm_e2e::binaries::k8s_minor();
     eprintln!(
         "1.{minor} in back-off: upstream {:?}, kcm-rs {:?}",
         at(&theirs, 1).job,
