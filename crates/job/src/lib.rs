@@ -71,7 +71,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
         pods,
         queue: WorkQueue::new("job", rate),
         orphan_queue: WorkQueue::new("job_orphan_pod", rate),
-        expectations: ControllerExpectations::new(),
+        expectations: ControllerExpectations::with_clock(ctx.clock.clone()),
         finalizer_expectations: UidTrackingExpectations::new(),
         finished_jobs: Default::default(),
         backoff: backoff::BackoffStore::new(),
