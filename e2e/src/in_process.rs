@@ -41,8 +41,9 @@ pub async fn start(
     start_at(cp.kubeconfig(), specs, settings, features).await
 }
 
-/// [`start`] against the cluster of a kubeconfig file.
-async fn start_at(
+/// [`start`] against the cluster of a kubeconfig file (for example a
+/// fault proxy's, [`crate::faults::FaultProxy::kubeconfig`]).
+pub async fn start_at(
     kubeconfig: &Path,
     specs: &[ControllerSpec],
     settings: Settings,

@@ -69,6 +69,24 @@ impl UpstreamKcm {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Sends SIGTERM and waits up to `timeout` for the process to exit;
+    /// returns how long it took, or None if it is still running (it is
+    /// killed when dropped).
+    pub fn terminate(&mut self, timeout: std::time::Duration) -> Option<std::time::Duration> {
+        let began = std::time::Instant::now();
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        while sent && began.elapsed() < timeout {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return Some(began.elapsed());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        None
+    }
 }
 
 impl Drop for UpstreamKcm {

@@ -7,6 +7,8 @@
 mod support;
 
 // Scripted scenarios (d12-d24): checkpoints along the way must match too.
+#[path = "differential/cleanup.rs"]
+mod cleanup;
 #[path = "differential/lifecycle.rs"]
 mod lifecycle;
 #[path = "differential/pods.rs"]

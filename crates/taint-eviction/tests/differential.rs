@@ -6,6 +6,8 @@
 //! reason, message, observedGeneration) and whether it came before the
 //! delete, and the `TaintManagerEviction` events.
 
+#[path = "differential/shutdown.rs"]
+mod shutdown;
 mod support;
 
 use std::sync::OnceLock;
@@ -28,7 +30,7 @@ struct Planes {
 }
 
 /// Evicts a canary pod, so scenarios start only once the controller acts.
-fn warm_up(cp: &ControlPlane, who: &str) {
+pub(crate) fn warm_up(cp: &ControlPlane, who: &str) {
     let kubeconfig = cp.kubeconfig().to_path_buf();
     let who = who.to_string();
     std::thread::spawn(move || {

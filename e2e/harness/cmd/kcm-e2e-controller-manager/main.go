@@ -1,6 +1,7 @@
 // Command kcm-e2e-controller-manager is upstream kube-controller-manager, built
 // from the pinned k8s.io/kubernetes module, with one addition: it exits when
-// its stdin closes, so a test harness never leaves it running.
+// its stdin closes, so a test harness never leaves it running (signals are
+// KCM's own).
 //
 // Usage: kcm-e2e-controller-manager [--exit-on-stdin-close] <kube-controller-manager flags>
 package main
@@ -22,7 +23,8 @@ func main() {
 		args = args[1:]
 	}
 	if watch {
-		lifecycle.OnExit(true, func() {})
+		// SIGTERM stays KCM's: tests of its graceful shutdown need it.
+		lifecycle.ExitOnStdinClose()
 	}
 	cmd := app.NewControllerManagerCommand()
 	cmd.SetArgs(args)

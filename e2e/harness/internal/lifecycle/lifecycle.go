@@ -20,6 +20,17 @@ func Fatal(what string, err error, hint string) {
 	os.Exit(1)
 }
 
+// ExitOnStdinClose exits when stdin reaches EOF (the parent closed its end of
+// the pipe or died) and leaves SIGTERM and SIGINT to the program, so a program
+// with its own graceful shutdown (kube-controller-manager's) keeps it.
+func ExitOnStdinClose() {
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		fmt.Fprintln(os.Stderr, "shutting down: stdin closed")
+		os.Exit(0)
+	}()
+}
+
 // OnExit runs cleanup and exits when stdin reaches EOF (if watchStdin is set:
 // the parent closed its end of the pipe, which the kernel also does when the
 // parent dies for any reason) or when SIGINT or SIGTERM arrives.
