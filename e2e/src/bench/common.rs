@@ -52,11 +52,25 @@ impl Env {
     }
 }
 
-/// A controller manager process under measurement; killed on drop.
+/// A controller manager process under measurement, with the API server it
+/// talks to (kube-apiserver and its embedded etcd are one process here);
+/// killed on drop.
 pub struct Manager {
     child: Child,
     pub pid: u32,
     sampler: Sampler,
+    server_pid: u32,
+    server_sampler: Sampler,
+    /// The API server's CPU seconds when the manager started.
+    pub server_cpu_at_start: f64,
+}
+
+/// What the API server (with etcd) spent during a workload.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServerCost {
+    pub cpu_s: f64,
+    /// Peak RSS since the controller manager started, MiB.
+    pub peak_rss_mib: f64,
 }
 
 /// Starts `imp` against `cp` with `controllers` (KCM names) and the same
@@ -96,10 +110,14 @@ pub fn spawn_manager(
         .spawn()
         .with_context(|| format!("starting {}", bin.display()))?;
     let pid = child.id().context("controller manager exited at once")?;
+    let server_pid = cp.pid();
     Ok(Manager {
         child,
         pid,
         sampler: Sampler::start(pid),
+        server_pid,
+        server_sampler: Sampler::start(server_pid),
+        server_cpu_at_start: cpu_seconds(server_pid).unwrap_or(0.0),
     })
 }
 
@@ -117,6 +135,20 @@ impl Manager {
     /// Current RSS, MiB.
     pub fn rss(&self) -> f64 {
         rss_mib(self.pid).unwrap_or(0.0)
+    }
+
+    /// CPU seconds the API server used so far.
+    pub fn server_cpu(&self) -> f64 {
+        cpu_seconds(self.server_pid).unwrap_or(0.0)
+    }
+
+    /// The API server's CPU since `cpu0` (a [`Manager::server_cpu`]) and
+    /// its peak RSS since the manager started.
+    pub fn server_cost(&self, cpu0: f64) -> ServerCost {
+        ServerCost {
+            cpu_s: self.server_cpu() - cpu0,
+            peak_rss_mib: self.server_sampler.peak(),
+        }
     }
 
     pub async fn stop(mut self) {

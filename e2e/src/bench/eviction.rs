@@ -13,9 +13,18 @@ use kube::runtime::watcher;
 use serde_json::json;
 
 use super::common::{
-    Env, Impl, Manager, Requests, controller_requests, create_many, delta, request_counts,
-    spawn_manager,
+    Env, Impl, Manager, Requests, ServerCost, controller_requests, create_many, delta,
+    request_counts, spawn_manager,
 };
+
+/// Where a measurement starts: the time, the manager's and the API
+/// server's CPU seconds then, and the request counts then.
+struct Start {
+    t0: Instant,
+    cpu0: f64,
+    server0: f64,
+    before: Requests,
+}
 use crate::{ControlPlane, TestNamespace, kubelet};
 
 #[derive(Debug, Clone)]
@@ -27,6 +36,8 @@ pub struct EvictionRun {
     pub cpu_s: f64,
     pub peak_rss_mib: f64,
     pub requests: Requests,
+    /// The API server's cost over the same window.
+    pub server: ServerCost,
 }
 
 impl EvictionRun {
@@ -132,17 +143,13 @@ pub async fn pod_gc(
         &[format!("--terminated-pod-gc-threshold={threshold}")],
     )?;
     let what = format!("W5 pod GC {}", imp.label());
-    finish(
-        env,
-        &what,
-        &client,
-        &pods,
-        threshold,
-        (t0, 0.0, before),
-        mgr,
-        over,
-    )
-    .await
+    let start = Start {
+        t0,
+        cpu0: 0.0,
+        server0: mgr.server_cpu_at_start,
+        before,
+    };
+    finish(env, &what, &client, &pods, threshold, start, mgr, over).await
 }
 
 /// A Ready node with `n` running pods without tolerations is tainted
@@ -172,7 +179,7 @@ pub async fn taint(env: &Env, imp: Impl, n: usize) -> anyhow::Result<EvictionRun
     let mgr = spawn_manager(env, &cp, imp, &["taint-eviction-controller"], 20, 30, &[])?;
     // Let it list and settle.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let cpu0 = mgr.cpu();
+    let (cpu0, server0) = (mgr.cpu(), mgr.server_cpu());
     let before = request_counts(&client).await?;
     let t0 = Instant::now();
     Api::<Node>::all(client.clone())
@@ -183,7 +190,13 @@ pub async fn taint(env: &Env, imp: Impl, n: usize) -> anyhow::Result<EvictionRun
         )
         .await?;
     let what = format!("W5 taint {}", imp.label());
-    finish(env, &what, &client, &pods, 0, (t0, cpu0, before), mgr, n).await
+    let start = Start {
+        t0,
+        cpu0,
+        server0,
+        before,
+    };
+    finish(env, &what, &client, &pods, 0, start, mgr, n).await
 }
 
 /// Waits until `remaining` pods are left, then reads the figures of `n`
@@ -196,11 +209,16 @@ async fn finish(
     client: &kube::Client,
     pods: &Api<Pod>,
     remaining: usize,
-    start: (Instant, f64, Requests),
+    start: Start,
     mgr: Manager,
     n: usize,
 ) -> anyhow::Result<EvictionRun> {
-    let (t0, cpu0, before) = start;
+    let Start {
+        t0,
+        cpu0,
+        server0,
+        before,
+    } = start;
     wait_until_left(env, what, pods, remaining, t0, Duration::from_secs(1800)).await?;
     let seconds = t0.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -211,6 +229,7 @@ async fn finish(
         cpu_s: mgr.cpu() - cpu0,
         peak_rss_mib: mgr.peak_rss(),
         requests: controller_requests(&d, false),
+        server: mgr.server_cost(server0),
     };
     mgr.stop().await;
     Ok(run)

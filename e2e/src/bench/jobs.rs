@@ -14,8 +14,8 @@ use kube::runtime::watcher;
 use serde_json::json;
 
 use super::common::{
-    Env, Impl, Requests, controller_requests, create_many, delta, job, job_watch_after_list,
-    request_counts, spawn_manager, spawn_sim, terminal,
+    Env, Impl, Requests, ServerCost, controller_requests, create_many, delta, job,
+    job_watch_after_list, request_counts, spawn_manager, spawn_sim, terminal,
 };
 use crate::{ControlPlane, TestNamespace};
 
@@ -29,6 +29,8 @@ pub struct JobsRun {
     pub cpu_s: f64,
     pub peak_rss_mib: f64,
     pub sim_cpu_s: f64,
+    /// The API server's cost over the same window.
+    pub server: ServerCost,
     /// Jobs by terminal condition.
     pub outcomes: BTreeMap<String, usize>,
 }
@@ -95,7 +97,7 @@ pub async fn run(
     let api: Api<Job> = Api::namespaced(client.clone(), &ns.name);
     let mut stream = job_watch_after_list(&api, watcher::Config::default()).await;
     let before = request_counts(&client).await?;
-    let (cpu0, sim0) = (mgr.cpu(), sim.cpu());
+    let (cpu0, sim0, server0) = (mgr.cpu(), sim.cpu(), mgr.server_cpu());
     let t0 = Instant::now();
     let n = jobs.len();
     let jobs = std::sync::Arc::new(jobs);
@@ -161,6 +163,7 @@ pub async fn run(
         cpu_s: mgr.cpu() - cpu0,
         peak_rss_mib: mgr.peak_rss(),
         sim_cpu_s,
+        server: mgr.server_cost(server0),
         outcomes: done.into_values().fold(BTreeMap::new(), |mut m, t| {
             *m.entry(t).or_insert(0) += 1;
             m
@@ -168,12 +171,14 @@ pub async fn run(
     };
     mgr.stop().await;
     env.progress(format!(
-        "{what} {}: done in {wall_s:.1} s, {} pods, {:.2} requests/pod, {:.1} CPU-s, peak RSS {:.0} MiB, Jobs {:?}",
+        "{what} {}: done in {wall_s:.1} s, {} pods, {:.2} requests/pod, {:.1} CPU-s, peak RSS {:.0} MiB, API server {:.1} CPU-s {:.0} MiB, Jobs {:?}",
         imp.label(),
         run.pods_created,
         run.requests_per_pod(),
         run.cpu_s,
         run.peak_rss_mib,
+        run.server.cpu_s,
+        run.server.peak_rss_mib,
         run.outcomes
     ));
     Ok(run)

@@ -13,7 +13,7 @@ use kube::api::{ListParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
 
-use super::common::{Env, Impl, job, job_watch_after_list, spawn_manager};
+use super::common::{Env, Impl, ServerCost, job, job_watch_after_list, spawn_manager};
 use crate::{ControlPlane, TestNamespace, kubelet};
 
 /// Seconds from the pod's `Failed` status write to each condition.
@@ -22,6 +22,8 @@ pub struct Latencies {
     pub failure_target: Vec<f64>,
     pub failed: Vec<f64>,
     pub cpu_s: f64,
+    /// The API server's cost over the same window.
+    pub server: ServerCost,
 }
 
 fn has(j: &Job, type_: &str) -> bool {
@@ -41,7 +43,7 @@ pub async fn run(env: &Env, imp: Impl, runs: usize) -> anyhow::Result<Latencies>
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let mut out = Latencies::default();
-    let cpu0 = mgr.cpu();
+    let (cpu0, server0) = (mgr.cpu(), mgr.server_cpu());
     for run in 0..runs {
         let name = format!("j{run}");
         let spec = json!({ "completions": 1, "parallelism": 1, "backoffLimit": 6,
@@ -95,6 +97,7 @@ pub async fn run(env: &Env, imp: Impl, runs: usize) -> anyhow::Result<Latencies>
         }
     }
     out.cpu_s = mgr.cpu() - cpu0;
+    out.server = mgr.server_cost(server0);
     mgr.stop().await;
     Ok(out)
 }

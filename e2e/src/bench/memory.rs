@@ -12,7 +12,7 @@ use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::common::{Env, Impl, create_many, job, spawn_manager};
+use super::common::{Env, Impl, ServerCost, create_many, job, spawn_manager};
 use crate::{ControlPlane, TestNamespace, kubelet};
 
 pub const CONTROLLERS: [&str; 4] = [
@@ -34,6 +34,9 @@ pub struct MemoryRun {
     pub startup_cpu_s: f64,
     /// CPU use while idle, percent of one core.
     pub idle_cpu_percent: f64,
+    /// The API server's cost from the manager's start (its lists) to the
+    /// end of the window.
+    pub server: ServerCost,
 }
 
 /// A pod the size of a typical workload pod: a few environment variables,
@@ -63,50 +66,33 @@ fn pod_body(name: &str, node: &str, labels: serde_json::Value) -> serde_json::Va
     })
 }
 
-async fn populate(client: &kube::Client, ns: &str, pods: usize) -> anyhow::Result<()> {
-    for i in 0..NODES {
-        kubelet::create_node(client, &format!("mem-node-{i}"), true, vec![]).await?;
-    }
+/// Grows the namespace from `have` pods to `want` (from nothing when `have`
+/// is 0: the nodes and 10 PDBs first): half the pods owned by running Jobs
+/// of 100 pods, half unrelated `web-*` pods matched by the PDBs.
+pub async fn grow(client: &kube::Client, ns: &str, have: usize, want: usize) -> anyhow::Result<()> {
     let pod_api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
-    let job_pods = pods / 2;
-    let n_jobs = job_pods / PODS_PER_JOB;
-    for j in 0..n_jobs {
-        let spec = json!({ "completions": PODS_PER_JOB, "parallelism": PODS_PER_JOB });
-        let created = jobs
-            .create(
-                &PostParams::default(),
-                &job(&format!("mem-{j}"), spec, json!({}))?,
-            )
-            .await?;
-        let uid = created.uid().context("Job without uid")?;
-        let jname = created.name_any();
-        let failed = create_many(PODS_PER_JOB, 32, |k| {
-            let (pod_api, uid, jname) = (pod_api.clone(), uid.clone(), jname.clone());
-            async move {
-                let name = format!("{jname}-{k}");
-                let mut body = pod_body(
-                    &name,
-                    &format!("mem-node-{}", k % NODES),
-                    json!({ "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
-                            "batch.kubernetes.io/job-name": jname, "job-name": jname }),
-                );
-                body["metadata"]["finalizers"] = json!(["batch.kubernetes.io/job-tracking"]);
-                body["metadata"]["ownerReferences"] = json!([{ "apiVersion": "batch/v1",
-                    "kind": "Job", "name": jname, "uid": uid, "controller": true,
-                    "blockOwnerDeletion": true }]);
-                pod_api
-                    .create(&PostParams::default(), &serde_json::from_value(body)?)
-                    .await?;
-                Ok(())
-            }
-        })
-        .await;
-        anyhow::ensure!(failed == 0, "{failed} Job pods could not be created");
+    if have == 0 {
+        for i in 0..NODES {
+            kubelet::create_node(client, &format!("mem-node-{i}"), true, vec![]).await?;
+        }
+        let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+        for a in 0..10 {
+            let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+                "metadata": { "name": format!("web-{a}") },
+                "spec": { "minAvailable": 1, "selector": { "matchLabels": { "app": format!("web-{a}") } } }
+            }))?;
+            pdbs.create(&PostParams::default(), &pdb).await?;
+        }
     }
-    let others = pods - n_jobs * PODS_PER_JOB;
-    let failed = create_many(others, 32, |k| {
+    let jobs_of = |pods: usize| pods / 2 / PODS_PER_JOB;
+    for j in jobs_of(have)..jobs_of(want) {
+        create_job_pods(client, &pod_api, ns, j).await?;
+    }
+    let others = |pods: usize| pods - jobs_of(pods) * PODS_PER_JOB;
+    let (from, to) = (others(have), others(want));
+    let failed = create_many(to.saturating_sub(from), 32, |k| {
         let pod_api = pod_api.clone();
+        let k = from + k;
         async move {
             let body = pod_body(
                 &format!("web-{k}"),
@@ -121,15 +107,62 @@ async fn populate(client: &kube::Client, ns: &str, pods: usize) -> anyhow::Resul
     })
     .await;
     anyhow::ensure!(failed == 0, "{failed} pods could not be created");
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
-    for a in 0..10 {
-        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
-            "metadata": { "name": format!("web-{a}") },
-            "spec": { "minAvailable": 1, "selector": { "matchLabels": { "app": format!("web-{a}") } } }
-        }))?;
-        pdbs.create(&PostParams::default(), &pdb).await?;
-    }
     Ok(())
+}
+
+/// Job `mem-{j}` (running, 100 completions and parallelism) and its 100
+/// pods with the tracking finalizer.
+async fn create_job_pods(
+    client: &kube::Client,
+    pod_api: &Api<Pod>,
+    ns: &str,
+    j: usize,
+) -> anyhow::Result<()> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    let spec = json!({ "completions": PODS_PER_JOB, "parallelism": PODS_PER_JOB });
+    let created = jobs
+        .create(
+            &PostParams::default(),
+            &job(&format!("mem-{j}"), spec, json!({}))?,
+        )
+        .await?;
+    let uid = created.uid().context("Job without uid")?;
+    let jname = created.name_any();
+    let failed = create_many(PODS_PER_JOB, 32, |k| {
+        let (pod_api, uid, jname) = (pod_api.clone(), uid.clone(), jname.clone());
+        async move {
+            let name = format!("{jname}-{k}");
+            let mut body = pod_body(
+                &name,
+                &format!("mem-node-{}", k % NODES),
+                json!({ "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
+                        "batch.kubernetes.io/job-name": jname, "job-name": jname }),
+            );
+            body["metadata"]["finalizers"] = json!(["batch.kubernetes.io/job-tracking"]);
+            body["metadata"]["ownerReferences"] = json!([{ "apiVersion": "batch/v1",
+                "kind": "Job", "name": jname, "uid": uid, "controller": true,
+                "blockOwnerDeletion": true }]);
+            pod_api
+                .create(&PostParams::default(), &serde_json::from_value(body)?)
+                .await?;
+            Ok(())
+        }
+    })
+    .await;
+    anyhow::ensure!(failed == 0, "{failed} Job pods could not be created");
+    Ok(())
+}
+
+/// Mean RSS of `mgr` over `window`, sampled every 500 ms, MiB.
+pub async fn mean_rss(mgr: &super::common::Manager, window: Duration) -> f64 {
+    let t0 = Instant::now();
+    let (mut sum, mut n) = (0.0_f64, 0.0_f64);
+    while t0.elapsed() < window {
+        sum += mgr.rss();
+        n += 1.0;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    sum / n.max(1.0)
 }
 
 pub async fn run(
@@ -143,7 +176,7 @@ pub async fn run(
     let client = cp.client().await?;
     let ns = TestNamespace::create(&client, "bench-mem").await?;
     let t = Instant::now();
-    populate(&client, &ns.name, pods).await?;
+    grow(&client, &ns.name, 0, pods).await?;
     env.progress(format!(
         "W4 {}: {pods} pods created in {:.0} s",
         imp.label(),
@@ -153,18 +186,14 @@ pub async fn run(
     tokio::time::sleep(settle).await;
     let startup_cpu_s = mgr.cpu();
     let t0 = Instant::now();
-    let (mut sum, mut n) = (0.0_f64, 0.0_f64);
-    while t0.elapsed() < window {
-        sum += mgr.rss();
-        n += 1.0;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let steady_rss_mib = mean_rss(&mgr, window).await;
     let run = MemoryRun {
         pods,
-        steady_rss_mib: sum / n.max(1.0),
+        steady_rss_mib,
         peak_rss_mib: mgr.peak_rss(),
         startup_cpu_s,
         idle_cpu_percent: 100.0 * (mgr.cpu() - startup_cpu_s) / t0.elapsed().as_secs_f64(),
+        server: mgr.server_cost(mgr.server_cpu_at_start),
     };
     mgr.stop().await;
     env.progress(format!(

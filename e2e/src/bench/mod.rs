@@ -9,3 +9,4 @@ pub mod latency;
 pub mod memory;
 pub mod report;
 pub mod results;
+pub mod scaling;

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
-use kcm_e2e::bench::common::{Env, Impl, Requests, quantile, sibling_binary};
+use kcm_e2e::bench::common::{Env, Impl, Requests, ServerCost, quantile, sibling_binary};
 use kcm_e2e::bench::results::{Metric, Results, Workload};
-use kcm_e2e::bench::{eviction, jobs, latency, memory, report};
+use kcm_e2e::bench::{eviction, jobs, latency, memory, report, scaling};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -32,9 +32,12 @@ struct Flags {
     /// is counted in 10 ms ticks, so a longer window resolves it better.
     #[arg(long, default_value_t = 30)]
     w4_window_secs: u64,
-    /// Workloads to run (comma-separated: w1,w2,w3,w4,w5).
-    #[arg(long, default_value = "w1,w2,w3,w4,w5", value_delimiter = ',')]
+    /// Workloads to run (comma-separated: w1,w2,w3,w4,w5,w6).
+    #[arg(long, default_value = "w1,w2,w3,w4,w5,w6", value_delimiter = ',')]
     only: Vec<String>,
+    /// W6's pod counts (the memory scaling curve; not scaled by --scale).
+    #[arg(long, default_value = "1000,10000,50000,100000", value_delimiter = ',')]
+    w6_sizes: Vec<usize>,
     /// W1's QPS/burst settings.
     #[arg(long, default_value = "20/30,200/400", value_delimiter = ',')]
     w1_qps: Vec<String>,
@@ -72,8 +75,8 @@ fn cost_metrics(up: [f64; 4], us: [f64; 4]) -> Vec<Metric> {
     let spec = [
         ("pods/s", "pods/s", false, 1.0),
         ("requests/pod", "req/pod", true, 1.0),
-        ("controller CPU", "CPU-s", true, 0.5),
-        ("peak RSS", "MiB", true, 0.5),
+        ("controller CPU", "CPU-s", true, 0.35),
+        ("peak RSS", "MiB", true, 0.35),
     ];
     spec.iter()
         .zip(up.iter().zip(us.iter()))
@@ -81,6 +84,30 @@ fn cost_metrics(up: [f64; 4], us: [f64; 4]) -> Vec<Metric> {
             metric(name, unit, *u, *o, *lower, Some(*target))
         })
         .collect()
+}
+
+/// The API server's (and its embedded etcd's) CPU during the workload and
+/// its peak RSS, under upstream and under kcm-rs. Target: kcm-rs costs the
+/// API server no more CPU than upstream does.
+fn server_metrics(up: &ServerCost, us: &ServerCost) -> [Metric; 2] {
+    [
+        metric(
+            "API server CPU",
+            "CPU-s",
+            up.cpu_s,
+            us.cpu_s,
+            true,
+            Some(1.0),
+        ),
+        metric(
+            "API server peak RSS",
+            "MiB",
+            up.peak_rss_mib,
+            us.peak_rss_mib,
+            true,
+            None,
+        ),
+    ]
 }
 
 fn scaled(n: usize, scale: f64) -> usize {
@@ -118,6 +145,7 @@ fn jobs_workload(
                 us.peak_rss_mib,
             ],
         ))
+        .chain(server_metrics(&up.server, &us.server))
         .collect(),
         notes: vec![
             format!(
@@ -238,7 +266,10 @@ async fn main() -> anyhow::Result<()> {
                 metric("Failed median", "s", quantile(&up.failed, 0.5), quantile(&us.failed, 0.5), true, Some(0.5)),
                 metric("Failed p99", "s", quantile(&up.failed, 0.99), quantile(&us.failed, 0.99), true, None),
                 metric("controller CPU", "CPU-s", up.cpu_s, us.cpu_s, true, Some(0.5)),
-            ],
+            ]
+            .into_iter()
+            .chain(server_metrics(&up.server, &us.server))
+            .collect(),
             notes: Vec::new(),
         });
     }
@@ -263,11 +294,14 @@ async fn main() -> anyhow::Result<()> {
             id: "W4".into(),
             description: format!("{pods} pods in the informers (half owned by running Jobs, half unrelated, 10 PDBs), all four controllers, 30 s settle + {} s window", flags.w4_window_secs),
             metrics: vec![
-                metric("steady RSS", "MiB", up.steady_rss_mib, us.steady_rss_mib, true, Some(0.5)),
-                metric("peak RSS", "MiB", up.peak_rss_mib, us.peak_rss_mib, true, Some(0.5)),
+                metric("steady RSS", "MiB", up.steady_rss_mib, us.steady_rss_mib, true, Some(0.25)),
+                metric("peak RSS", "MiB", up.peak_rss_mib, us.peak_rss_mib, true, Some(0.35)),
                 metric("startup CPU", "CPU-s", up.startup_cpu_s, us.startup_cpu_s, true, Some(0.5)),
-                metric("idle CPU", "% core", up.idle_cpu_percent, us.idle_cpu_percent, true, Some(0.5)),
-            ],
+                metric("idle CPU", "% core", up.idle_cpu_percent, us.idle_cpu_percent, true, Some(1.0)),
+            ]
+            .into_iter()
+            .chain(server_metrics(&up.server, &us.server))
+            .collect(),
             notes: vec!["upstream also runs the daemonset controller: its taint-eviction controller needs that controller's pod index".into()],
         });
     }
@@ -322,7 +356,10 @@ async fn main() -> anyhow::Result<()> {
                         us.cpu_s,
                         us.peak_rss_mib,
                     ],
-                ),
+                )
+                .into_iter()
+                .chain(server_metrics(&up.server, &us.server))
+                .collect(),
                 notes: vec![
                     requests_note("upstream", &up.requests, up.pods as f64),
                     requests_note("kcm-rs", &us.requests, us.pods as f64),
@@ -330,7 +367,37 @@ async fn main() -> anyhow::Result<()> {
             });
         }
     }
+    let mut scaling_points = None;
+    if run("w6") {
+        let points = scaling::run(&env, &flags.w6_sizes, Duration::from_secs(30)).await?;
+        for p in &points {
+            results.workloads.push(Workload {
+                id: format!("W6 {} pods", p.pods),
+                description: format!("{} pods in the informers (W4's mix), all four controllers, mean RSS over 30 s after settling", p.pods),
+                metrics: vec![metric("steady RSS", "MiB", p.upstream_mib, p.kcm_rs_mib, true, Some(0.25))],
+                notes: Vec::new(),
+            });
+        }
+        let (up, us) = scaling::slopes_kib_per_pod(&points);
+        results.workloads.push(Workload {
+            id: "W6 slope".into(),
+            description: format!(
+                "least-squares slope of steady RSS against pods over {:?} pods",
+                flags.w6_sizes
+            ),
+            metrics: vec![metric("RSS per pod", "KiB/pod", up, us, true, Some(0.25))],
+            notes: Vec::new(),
+        });
+        scaling_points = Some(points);
+    }
     let written = report::write_all(&results, &flags.out)?;
+    if let Some(points) = scaling_points {
+        let png = flags
+            .out
+            .join(format!("{}-scaling.png", report::date_stem(&results)));
+        report::scaling_png(&points, &png)?;
+        env.progress(format!("scaling chart: {}", png.display()));
+    }
     println!("{}", report::markdown(&results));
     env.progress(format!("written: {written:?}"));
     Ok(())

@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use super::results::{Metric, Results};
 
 mod chart;
+mod scaling;
 pub use chart::{chart_png, ensure_font};
+pub use scaling::scaling_png;
 
 /// Environment variable naming a TTF/OTF font to use instead of [`FONT_PATHS`].
 pub const FONT_ENV: &str = "KCM_BENCH_FONT";

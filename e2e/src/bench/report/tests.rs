@@ -198,3 +198,29 @@ fn write_all_writes_three_files() -> TestResult {
     assert!(std::fs::metadata(&w.png)?.len() > 0);
     Ok(())
 }
+
+#[test]
+fn scaling_png_writes_a_png() -> TestResult {
+    if !font_or_skip() {
+        return Ok(());
+    }
+    let point = |pods, upstream_mib, kcm_rs_mib| crate::bench::scaling::Point {
+        pods,
+        upstream_mib,
+        kcm_rs_mib,
+    };
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("scaling.png");
+    scaling_png(
+        &[
+            point(1000, 60.0, 15.0),
+            point(10_000, 120.0, 35.0),
+            point(50_000, 400.0, 120.0),
+        ],
+        &path,
+    )?;
+    let bytes = std::fs::read(&path)?;
+    assert!(bytes.len() > 1000, "{} bytes", bytes.len());
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    Ok(())
+}
