@@ -8,55 +8,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use kcm_runtime::host::HostSettings;
 
-/// Parses a Go duration string (`15s`, `1m30s`, `500ms`, `1.5h`), as KCM's
-/// flags accept.
-pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if s.is_empty() {
-        return Err("empty duration".into());
-    }
-    let mut total = 0f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("missing unit in duration {s:?}"))?;
-        if num_len == 0 {
-            return Err(format!("invalid duration {s:?}"));
-        }
-        let n: f64 = rest[..num_len]
-            .parse()
-            .map_err(|_| format!("invalid number in duration {s:?}"))?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            u => return Err(format!("unknown unit {u:?} in duration {s:?}")),
-        };
-        total += n * scale;
-        rest = &rest[unit_len..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|e| format!("duration {s:?}: {e}"))
-}
-
-/// A Go `strconv.ParseBool` boolean, as KCM's bool flags take.
-pub fn parse_go_bool(s: &str) -> Result<bool, String> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(format!("strconv.ParseBool: parsing {s:?}: invalid syntax")),
-    }
-}
+pub use kcm_runtime::flag_values::{parse_go_bool, parse_go_duration};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -99,40 +51,23 @@ pub struct Flags {
     #[arg(long, default_value_t = 30)]
     pub kube_api_burst: u32,
 
-    /// Number of Job objects synced concurrently.
-    #[arg(long, default_value_t = 5)]
-    pub concurrent_job_syncs: u32,
+    /// The Job controller's flags.
+    #[command(flatten)]
+    pub job: kcm_job::JobSettings,
 
-    /// Number of PodDisruptionBudgets synced concurrently (KCM 1.37's flag;
-    /// accepted on every minor). 0 is refused: upstream accepts it and then
-    /// never syncs a PDB.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub concurrent_disruption_syncs: u32,
+    /// The disruption controller's flags.
+    #[command(flatten)]
+    pub disruption: kcm_disruption::DisruptionSettings,
+
+    /// The pod garbage collector's flags.
+    #[command(flatten)]
+    pub podgc: kcm_podgc::PodGcSettings,
 
     /// Time the controllers get to finish in-flight work after SIGTERM
     /// (KCM 1.35+; kcm-rs never drains past the leadership fence).
     /// Unset: `--shutdown-grace-period`.
     #[arg(long, value_parser = parse_go_duration)]
     pub controller_shutdown_timeout: Option<Duration>,
-
-    /// Number of terminated pods that can exist before the terminated pod
-    /// garbage collector deletes them; 0 disables that part of pod GC.
-    #[arg(long, default_value_t = 12500)]
-    pub terminated_pod_gc_threshold: i64,
-
-    /// Pod GC loop period (upstream: a 20 s constant). For tests.
-    #[arg(long, default_value = "20s", value_parser = parse_go_duration, hide = true)]
-    pub pod_gc_period: Duration,
-
-    /// Pod GC quarantine before an orphaned pod is removed (upstream: a 40 s
-    /// constant). For tests.
-    #[arg(long, default_value = "40s", value_parser = parse_go_duration, hide = true)]
-    pub pod_gc_quarantine: Duration,
-
-    /// How long a DisruptionTarget condition may stay on a pod that is not
-    /// being deleted (upstream: a 2 min constant). For tests.
-    #[arg(long, default_value = "2m", value_parser = parse_go_duration, hide = true)]
-    pub stale_pod_disruption_timeout: Duration,
 
     /// Start a leader election client and gain leadership before running.
     /// A bare `--leader-elect` means true, as with KCM's Go flags.
@@ -290,8 +225,8 @@ mod tests {
         assert_eq!(f.controllers, vec!["*"]);
         assert_eq!(f.kube_api_qps, 20.0);
         assert_eq!(f.kube_api_burst, 30);
-        assert_eq!(f.concurrent_job_syncs, 5);
-        assert_eq!(f.terminated_pod_gc_threshold, 12500);
+        assert_eq!(f.job.concurrent_job_syncs, 5);
+        assert_eq!(f.podgc.terminated_pod_gc_threshold, 12500);
         assert!(f.leader_elect);
         assert_eq!(f.leader_elect_lease_duration, Duration::from_secs(15));
         assert_eq!(f.leader_elect_renew_deadline, Duration::from_secs(10));
@@ -362,11 +297,14 @@ mod tests {
             "--controller-shutdown-timeout=5s",
         ])
         .expect("parse");
-        assert_eq!(f.concurrent_disruption_syncs, 3);
+        assert_eq!(f.disruption.concurrent_disruption_syncs, 3);
         assert_eq!(f.controller_shutdown_timeout, Some(Duration::from_secs(5)));
         let d = Flags::try_parse_from(["kcm-rs"]).expect("parse");
         assert_eq!(
-            (d.concurrent_disruption_syncs, d.controller_shutdown_timeout),
+            (
+                d.disruption.concurrent_disruption_syncs,
+                d.controller_shutdown_timeout
+            ),
             (1, None)
         );
         assert!(Flags::try_parse_from(["kcm-rs", "--concurrent-disruption-syncs=0"]).is_err());

@@ -309,14 +309,10 @@ async fn run(
         burst: flags.kube_api_burst,
         features: gates,
         version: behaves_as,
-        settings: controller::Settings {
-            concurrent_job_syncs: flags.concurrent_job_syncs,
-            concurrent_disruption_syncs: flags.concurrent_disruption_syncs,
-            terminated_pod_gc_threshold: flags.terminated_pod_gc_threshold,
-            pod_gc_period: flags.pod_gc_period,
-            pod_gc_quarantine: flags.pod_gc_quarantine,
-            stale_pod_disruption_timeout: flags.stale_pod_disruption_timeout,
-        },
+        settings: controller::Settings::default()
+            .with(flags.job.clone())
+            .with(flags.disruption.clone())
+            .with(flags.podgc.clone()),
         identities,
         host_settings: flags.host_settings(),
         fence: fence.clone(),

@@ -13,7 +13,8 @@
 //! every controller a PDB's pods need (owner caches, then [`scale`]'s
 //! scale-subresource GETs) before [`expected::expected_pod_count`] does the
 //! arithmetic purely. [`controller`] is the executor with the three
-//! upstream queues; [`events`] the reasons and messages. Time is the
+//! upstream queues; [`events`] the reasons and messages; [`settings`] its
+//! flags. Time is the
 //! runtime's one [`Clock`], from the context.
 //!
 //! Data flow of one PDB sync: pods from the informer (selector) → scales
@@ -26,6 +27,7 @@ pub mod events;
 pub mod expected;
 pub mod owners;
 pub mod scale;
+pub mod settings;
 pub use kcm_runtime::selector;
 pub mod stale;
 pub mod status;
@@ -42,6 +44,7 @@ use kcm_runtime::workqueue::{RateLimit, WorkQueue};
 
 pub use crate::controller::{Controller, Owners, SyncError};
 pub use kcm_runtime::clock::Clock;
+pub use settings::DisruptionSettings;
 
 /// KCM's name for this controller; also its client's user agent component.
 pub const NAME: &str = "disruption-controller";
@@ -75,10 +78,11 @@ pub fn build(ctx: &ControllerContext) -> Result<Arc<Controller>, InitError> {
         deployments: ctx.informers.informer(),
         statefulsets: ctx.informers.informer(),
     };
+    let settings = ctx.settings.get::<DisruptionSettings>();
     let stale_timeout = ctx
         .features
         .enabled(Feature::PodDisruptionConditions)
-        .then_some(ctx.settings.stale_pod_disruption_timeout);
+        .then_some(settings.stale_pod_disruption_timeout);
     let c = Arc::new(Controller {
         scale: scale::ScaleClient::new(client.clone()),
         recorder: Recorder::new(client.clone(), events::COMPONENT),
@@ -92,7 +96,7 @@ pub fn build(ctx: &ControllerContext) -> Result<Arc<Controller>, InitError> {
         recheck: WorkQueue::new(RECHECK_QUEUE, RateLimit::controller_default()),
         stale: WorkQueue::new(STALE_QUEUE, RateLimit::controller_default()),
         stale_timeout,
-        pdb_workers: usize::try_from(ctx.settings.concurrent_disruption_syncs)
+        pdb_workers: usize::try_from(settings.concurrent_disruption_syncs)
             .unwrap_or(1)
             .max(1),
         clock: ctx.clock.clone(),

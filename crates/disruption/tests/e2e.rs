@@ -179,10 +179,10 @@ async fn stale_scenario(gates: FeatureGates) -> (Pod, Pod) {
     let cp = ControlPlane::start().expect("control plane");
     let c = cp.client().await.expect("client");
     let ns = TestNamespace::create(&c, "stale").await.expect("ns").name;
-    let settings = Settings {
+    let settings = Settings::default().with(kcm_disruption::DisruptionSettings {
         stale_pod_disruption_timeout: Duration::from_secs(3),
-        ..Settings::default()
-    };
+        ..Default::default()
+    });
     let _ctl = ours(&cp, settings, gates).await;
     pod(&c, &ns, "target", "x", None, true).await;
     pod(&c, &ns, "kubelet", "x", None, true).await;

@@ -10,7 +10,8 @@
 //! bounded fan-out of multi-pod writes. The rules the stages apply live in
 //! `pod_failure_policy/` (KEP-3329 matching), `indexes` (Indexed Jobs,
 //! backoffLimitPerIndex), `success_policy`, `backoff` and `active_pods`;
-//! `pods` and `selector` are small predicates. `explain/` and `lint/` are `kcm-rs explain` and
+//! `pods` and `selector` are small predicates; `settings` holds the
+//! controller's flags (`--concurrent-job-syncs`). `explain/` and `lint/` are `kcm-rs explain` and
 //! `kcm-rs lint`: they call the same matcher and `sync::prepare`, never a
 //! copy of them.
 
@@ -24,8 +25,11 @@ pub mod metrics;
 pub mod pod_failure_policy;
 pub mod pods;
 pub mod selector;
+pub mod settings;
 pub mod success_policy;
 pub mod sync;
+
+pub use settings::JobSettings;
 
 use std::sync::Arc;
 
@@ -87,7 +91,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     jc.register();
     metrics::metrics();
     let host = ctx.host(SPEC.name);
-    let workers = ctx.settings.concurrent_job_syncs;
+    let workers = ctx.settings.get::<JobSettings>().concurrent_job_syncs;
     Ok(host.start(
         jc.run(host.clone(), workers, ctx.stop.clone()),
         ctx.stop.clone(),

@@ -4,11 +4,15 @@
 //! and a live check, with `DisruptionTarget` reason `DeletionByPodGC`) and
 //! terminating pods that were never scheduled. Each non-terminal pod is
 //! patched to `Failed` before its force delete; a failed patch skips the
-//! delete.
+//! delete. Layout: `decide` (pure), `gc` (the executor), `metrics`,
+//! `settings` (its flags).
 
 pub mod decide;
 pub mod gc;
 pub mod metrics;
+pub mod settings;
+
+pub use settings::PodGcSettings;
 
 use kcm_features::Feature;
 use kcm_runtime::controller::{ControllerContext, ControllerSpec, InitError, Started};
@@ -28,6 +32,7 @@ const CLIENT_NAME: &str = "pod-garbage-collector";
 
 fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     let client = ctx.client(CLIENT_NAME)?;
+    let settings = ctx.settings.get::<PodGcSettings>();
     let gc = gc::PodGc {
         client,
         pods: ctx.informers.informer(),
@@ -35,15 +40,15 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
         // Upstream's delaying queue of node names under quarantine.
         queue: WorkQueue::new("orphaned_pods_nodes", RateLimit::default()),
         config: decide::Config {
-            terminated_pod_threshold: ctx.settings.terminated_pod_gc_threshold,
+            terminated_pod_threshold: settings.terminated_pod_gc_threshold,
             disruption_conditions: ctx.features.enabled(Feature::PodDisruptionConditions),
         },
-        quarantine: ctx.settings.pod_gc_quarantine,
+        quarantine: settings.pod_gc_quarantine,
         clock: ctx.clock.clone(),
     };
     metrics::metrics();
     let host = ctx.host(SPEC.name);
-    let period = ctx.settings.pod_gc_period;
+    let period = settings.pod_gc_period;
     let stop = ctx.stop.clone();
     Ok(host.start(gc.run(host.clone(), period, stop.clone()), stop))
 }

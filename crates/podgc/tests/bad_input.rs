@@ -59,11 +59,11 @@ async fn missing_nodes_and_out_of_service_on_a_ready_node() {
         .await
         .expect("pod");
     let history = PodHistory::start(&client, &ns.name).await;
-    let settings = Settings {
+    let settings = Settings::default().with(kcm_podgc::PodGcSettings {
         pod_gc_period: Duration::from_millis(500),
         pod_gc_quarantine: Duration::from_secs(5),
-        ..Settings::default()
-    };
+        ..Default::default()
+    });
     let _gc = in_process::start(&cp, &[kcm_podgc::SPEC], settings, FeatureGates::default())
         .await
         .expect("pod GC");

@@ -168,12 +168,11 @@ async fn run_one(upstream: bool, threshold: i64, scenario_b: bool) -> BTreeMap<S
     let _ours = if upstream {
         None
     } else {
-        let settings = Settings {
+        let settings = Settings::default().with(kcm_podgc::PodGcSettings {
             terminated_pod_gc_threshold: threshold,
             pod_gc_period: Duration::from_millis(500),
             pod_gc_quarantine: Duration::from_secs(2),
-            ..Settings::default()
-        };
+        });
         Some(
             in_process::start(&cp, &[kcm_podgc::SPEC], settings, FeatureGates::default())
                 .await

@@ -10,6 +10,7 @@ use kcm_e2e::kubelet::{self, create_bound_pod, simple_pod, taint};
 use kcm_e2e::wait::{wait_for, wait_gone};
 use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::{Feature, FeatureGates};
+use kcm_podgc::PodGcSettings;
 use kcm_runtime::controller::Settings;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -18,12 +19,11 @@ use serde_json::json;
 const T: Duration = Duration::from_secs(30);
 
 fn fast(threshold: i64) -> Settings {
-    Settings {
+    Settings::default().with(PodGcSettings {
         terminated_pod_gc_threshold: threshold,
         pod_gc_period: Duration::from_millis(500),
         pod_gc_quarantine: Duration::from_secs(2),
-        ..Settings::default()
-    }
+    })
 }
 
 async fn start(cp: &ControlPlane, settings: Settings, gates: FeatureGates) -> InProcess {

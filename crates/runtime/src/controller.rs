@@ -2,6 +2,7 @@
 //! init step that takes the informers it needs and registers its handlers,
 //! and a run step that drives its workers until told to stop.
 
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -27,7 +28,7 @@ pub struct ControllerContext {
     /// The Kubernetes minor whose KCM the controllers behave as (the API
     /// server's, or `--emulated-version`).
     pub version: kcm_features::KubeVersion,
-    /// Per-controller settings from flags.
+    /// Each controller's settings from flags, by type.
     pub settings: Settings,
     /// Cancelled when the process shuts down.
     pub stop: CancellationToken,
@@ -45,37 +46,34 @@ pub struct ControllerContext {
     pub clock: crate::clock::Clock,
 }
 
-/// Controller settings that come from flags; `Default` gives KCM's values.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// `--concurrent-job-syncs` (KCM default 5).
-    pub concurrent_job_syncs: u32,
-    /// `--concurrent-disruption-syncs` (KCM 1.37, default 1).
-    pub concurrent_disruption_syncs: u32,
-    /// `--terminated-pod-gc-threshold` (KCM default 12500; <= 0 disables
-    /// only the terminated-pod pass).
-    pub terminated_pod_gc_threshold: i64,
-    /// Pod GC loop period; upstream's constant gcCheckPeriod is 20 s. A flag
-    /// here only so tests run fast.
-    pub pod_gc_period: std::time::Duration,
-    /// Pod GC orphan quarantine; upstream's constant quarantineTime is 40 s.
-    pub pod_gc_quarantine: std::time::Duration,
-    /// How long a DisruptionTarget condition may stay on a pod that is not
-    /// being deleted before the disruption controller resets it (upstream
-    /// constant stalePodDisruptionTimeout, 2 min).
-    pub stale_pod_disruption_timeout: std::time::Duration,
+/// Each controller's settings, by type: a controller crate defines its own
+/// settings type (with its flags) and reads it with [`Settings::get`]; a
+/// process that sets none gets the type's `Default`, KCM's values. The
+/// runtime knows no controller's settings.
+#[derive(Clone, Default)]
+pub struct Settings(HashMap<TypeId, Arc<dyn Any + Send + Sync>>);
+
+impl Settings {
+    /// These settings with `value` for its type (replacing any before).
+    #[must_use]
+    pub fn with<T: Any + Send + Sync>(mut self, value: T) -> Self {
+        self.0.insert(TypeId::of::<T>(), Arc::new(value));
+        self
+    }
+
+    /// The settings of type `T`, or `T::default()` when none were given.
+    pub fn get<T: Any + Clone + Default>(&self) -> T {
+        self.0
+            .get(&TypeId::of::<T>())
+            .and_then(|v| v.downcast_ref::<T>())
+            .cloned()
+            .unwrap_or_default()
+    }
 }
 
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            concurrent_job_syncs: 5,
-            concurrent_disruption_syncs: 1,
-            terminated_pod_gc_threshold: 12_500,
-            pod_gc_period: std::time::Duration::from_secs(20),
-            pod_gc_quarantine: std::time::Duration::from_secs(40),
-            stale_pod_disruption_timeout: std::time::Duration::from_secs(120),
-        }
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Settings({} types)", self.0.len())
     }
 }
 
@@ -295,6 +293,24 @@ pub fn select<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, Clone, PartialEq)]
+    struct Workers(u32);
+    impl Default for Workers {
+        fn default() -> Self {
+            Workers(5)
+        }
+    }
+
+    #[test]
+    fn settings_by_type_with_defaults() {
+        let none = Settings::default();
+        assert_eq!(none.get::<Workers>(), Workers(5));
+        let set = none.with(Workers(1)).with(7u8);
+        assert_eq!(set.get::<Workers>(), Workers(1));
+        assert_eq!(set.get::<u8>(), 7);
+        assert_eq!(set.with(Workers(2)).get::<Workers>(), Workers(2));
+    }
 
     fn never(_: &ControllerContext) -> Result<Started, InitError> {
         Err(InitError {

@@ -8,8 +8,9 @@
 //! syncs write through [`client`] (rate-limited, bounded retries,
 //! per-controller identities) and record through [`events`];
 //! [`expectations`], [`selector`], [`metrics`] (the process registry),
-//! [`leader`] (leader election) and [`controller`] (the registry of
-//! controllers and what they get at start-up) complete it.
+//! [`leader`] (leader election), [`controller`] (the registry of
+//! controllers and what they get at start-up, each controller's settings
+//! by type) and [`flag_values`] (Go-style flag values) complete it.
 //!
 //! [`Health`]: host::Health
 
@@ -18,6 +19,7 @@ pub mod clock;
 pub mod controller;
 pub mod events;
 pub mod expectations;
+pub mod flag_values;
 pub mod host;
 pub mod informer;
 pub mod leader;

@@ -59,10 +59,9 @@ async fn side(upstream: bool) -> Side {
                 .expect("upstream KCM"),
         )
     } else {
-        let settings = Settings {
+        let settings = Settings::default().with(kcm_job::JobSettings {
             concurrent_job_syncs: 1,
-            ..Settings::default()
-        };
+        });
         Controller::Ours(
             in_process::start_at(
                 proxy.kubeconfig(),
