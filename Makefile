@@ -19,7 +19,7 @@ run:
 	  else exec target/debug/kcm-rs --kubeconfig "$(KUBECONFIG)" $(ARGS); fi; \
 	else \
 	  e2e/harness/build.sh $(E2E_BIN) --with-kubectl && \
-	  $(CARGO) build -p kcm-rs -p kcm-e2e --bins && \
+	  $(CARGO) build -p kcm-rs -p kcm-sim --bins && \
 	  exec target/debug/kcm-dev $(DEV_ARGS) -- $(ARGS); \
 	fi
 
@@ -135,14 +135,14 @@ test-versions: controlplane-versions
 ## in each (not part of `test`); CHAOS_ARGS="--kills 5 --scale 8 --runs kills".
 CHAOS_ARGS ?=
 chaos: controlplane
-	$(CARGO) build -p kcm-rs -p kcm-e2e --bins
+	$(CARGO) build -p kcm-rs -p kcm-sim -p kcm-bench --bins
 	target/debug/kcm-chaos --out bench/results/chaos/$$(date +%F).md $(CHAOS_ARGS)
 
 ## bench: kcm-rs against upstream KCM (release builds; not part of `test`).
-## BENCH_ARGS="--scale 0.1 --only w1,w3" for a shorter run; see e2e/src/bench/.
+## BENCH_ARGS="--scale 0.1 --only w1,w3" for a shorter run; see bench/src/.
 BENCH_ARGS ?=
 bench: controlplane
-	$(CARGO) build --release -p kcm-rs -p kcm-e2e --bins
+	$(CARGO) build --release -p kcm-rs -p kcm-sim -p kcm-bench --bins
 	target/release/kcm-bench $(BENCH_ARGS)
 
 fmt:

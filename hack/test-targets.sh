@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want=${1:?usage: hack/test-targets.sh e2e|differential}
-for dir in cmd/* crates/* e2e; do
+for dir in cmd/* crates/* e2e sim bench; do
   [[ -f "$dir/Cargo.toml" && -d "$dir/tests" ]] || continue
   pkg=$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$dir/Cargo.toml" | head -1)
   for f in "$dir"/tests/*.rs; do

@@ -1,12 +1,14 @@
-//! End-to-end support for kcm-rs: a real kube-apiserver over embedded etcd
-//! (built from the pinned `k8s.io/kubernetes` Go module in `e2e/harness`),
-//! upstream kube-controller-manager as a reference, helpers that play the
-//! kubelet, waiting helpers, and a pod lifecycle simulator.
+//! The test harness of kcm-rs: a real kube-apiserver over embedded etcd
+//! (built from the pinned `k8s.io/kubernetes` Go module of each supported
+//! minor in `e2e/harness`), upstream kube-controller-manager as the oracle,
+//! kcm-rs controllers in process through the binary's wiring
+//! ([`in_process`]), helpers that play the kubelet, waits, watch histories,
+//! the fault-injecting proxy ([`faults`]), HTTPS and Prometheus helpers.
+//! The pod lifecycle simulator is the `kcm-sim` crate (`sim/`); benchmarks
+//! and the chaos driver are `kcm-bench` (`bench/`).
 
 pub mod apply;
-pub mod bench;
 pub mod binaries;
-pub mod chaos;
 pub mod control_plane;
 pub mod error;
 pub mod events;
@@ -18,7 +20,6 @@ pub mod kubelet;
 pub mod namespace;
 pub mod procstat;
 pub mod prometheus;
-pub mod sim;
 pub mod upstream;
 pub mod wait;
 

@@ -1,5 +1,5 @@
 //! The short chaos runs of `make test`: the mixed workload of `make chaos`
-//! (`kcm_e2e::chaos`) at a small scale, calm (no kills, no faults), with
+//! (`kcm_bench::chaos`) at a small scale, calm (no kills, no faults), with
 //! five SIGKILLs of the real kcm-rs binary, and with API faults at 10% of
 //! kcm-rs's requests through the fault proxy (`kcm_e2e::faults`; stalls
 //! held 5 s instead of `make chaos`'s 30 s, so the test stays within about
@@ -15,7 +15,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use kcm_e2e::chaos::{ChaosConfig, ChaosReport, compare, run};
+use kcm_bench::chaos::{ChaosConfig, ChaosReport, compare, run};
 use kcm_e2e::faults::FaultSettings;
 
 /// The calm run, made by whichever test comes first; the lock also keeps

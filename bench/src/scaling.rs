@@ -10,7 +10,7 @@ use anyhow::Context;
 
 use super::common::{Env, Impl, spawn_manager};
 use super::memory::{CONTROLLERS, grow, mean_rss};
-use crate::{ControlPlane, TestNamespace};
+use kcm_e2e::{ControlPlane, TestNamespace};
 
 /// Steady RSS of both at one size.
 #[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]

@@ -13,7 +13,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::common::{Env, Impl, ServerCost, create_many, job, spawn_manager};
-use crate::{ControlPlane, TestNamespace, kubelet};
+use kcm_e2e::{ControlPlane, TestNamespace, kubelet};
 
 pub const CONTROLLERS: [&str; 4] = [
     "job-controller",

@@ -16,8 +16,8 @@ use k8s_openapi::api::batch::v1::Job;
 use serde_json::json;
 use tokio::process::{Child, Command};
 
-use crate::procstat::{cpu_seconds, rss_mib};
-use crate::{ControlPlane, binaries};
+use kcm_e2e::procstat::{cpu_seconds, rss_mib};
+use kcm_e2e::{ControlPlane, binaries};
 
 /// Which controller manager a run measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! kcm-sim: simulated nodes that run pods as their annotations say (see the
-//! `kcm_e2e::sim` module docs). Runs until SIGINT or SIGTERM.
+//! `kcm_sim` crate docs). Runs until SIGINT or SIGTERM.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use kcm_e2e::control_plane::client_from_kubeconfig;
-use kcm_e2e::sim::{self, SimConfig, SimStats};
+use kcm_sim::{self as sim, SimConfig, SimStats};
 
 #[derive(Debug, Parser)]
 #[command(

@@ -1,4 +1,4 @@
-//! `make chaos`: the chaos driver (see `kcm_e2e::chaos`). Runs the workload
+//! `make chaos`: the chaos driver (see `kcm_bench::chaos`). Runs the workload
 //! calm (no kills, no faults), with `--kills` SIGKILLs of kcm-rs, with API
 //! faults at `--fault-rate` through the fault proxy (`kcm_e2e::faults`),
 //! and with both (`--runs` picks); prints the checks and writes
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use kcm_e2e::chaos::{ChaosConfig, ChaosReport, compare, run};
+use kcm_bench::chaos::{ChaosConfig, ChaosReport, compare, run};
 use kcm_e2e::faults::{Fault, FaultSettings};
 
 #[derive(Parser)]

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use kcm_e2e::sim::{self, SimConfig, SimStats};
 use kcm_e2e::{ControlPlane, UpstreamKcm, apply, binaries};
+use kcm_sim::{self as sim, SimConfig, SimStats};
 
 #[derive(Debug, Parser)]
 #[command(

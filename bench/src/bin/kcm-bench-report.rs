@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use kcm_e2e::bench::report;
-use kcm_e2e::bench::results::Results;
+use kcm_bench::report;
+use kcm_bench::results::Results;
 
 #[derive(Debug, Parser)]
 #[command(about = "Re-render the .md and .png report of a kcm-rs benchmark results JSON")]

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Parser;
-use kcm_e2e::bench::common::{Env, Impl, Requests, ServerCost, quantile, sibling_binary};
-use kcm_e2e::bench::results::{Metric, Results, Workload};
-use kcm_e2e::bench::{eviction, jobs, latency, memory, report, scaling};
+use kcm_bench::common::{Env, Impl, Requests, ServerCost, quantile, sibling_binary};
+use kcm_bench::results::{Metric, Results, Workload};
+use kcm_bench::{eviction, jobs, latency, memory, report, scaling};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -174,7 +174,7 @@ async fn main() -> anyhow::Result<()> {
     for (what, p) in [("kcm-rs", &env.kcm_rs), ("kcm-sim", &env.kcm_sim)] {
         anyhow::ensure!(
             p.exists(),
-            "{what} not found at {} (cargo build --release -p kcm-rs -p kcm-e2e --bins)",
+            "{what} not found at {} (cargo build --release -p kcm-rs -p kcm-sim -p kcm-bench --bins)",
             p.display()
         );
     }

@@ -25,7 +25,7 @@ struct Start {
     server0: f64,
     before: Requests,
 }
-use crate::{ControlPlane, TestNamespace, kubelet};
+use kcm_e2e::{ControlPlane, TestNamespace, kubelet};
 
 #[derive(Debug, Clone)]
 pub struct EvictionRun {

@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime};
 use k8s_openapi::api::batch::v1::Job;
 
 use super::checks::has_tracking;
-use crate::history::{PodHistory, Seen};
+use kcm_e2e::history::{PodHistory, Seen};
 
 /// UID → pod name, from every pod event seen.
 pub(super) fn pod_names(pods: &PodHistory) -> HashMap<String, String> {
@@ -28,7 +28,7 @@ fn wall(at: Instant, anchor: (Instant, SystemTime)) -> String {
         Some(d) => anchor.1 + d,
         None => anchor.1 - anchor.0.duration_since(at),
     };
-    crate::faults::rfc3339(Some(t))
+    kcm_e2e::faults::rfc3339(Some(t))
 }
 
 fn job_line(j: &Job, names: &HashMap<String, String>) -> String {

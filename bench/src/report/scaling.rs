@@ -8,7 +8,7 @@ use plotters::prelude::*;
 
 use super::chart::ensure_font;
 use super::{FAMILY, ReportError, chart_err};
-use crate::bench::scaling::{Point, slopes_kib_per_pod};
+use crate::scaling::{Point, slopes_kib_per_pod};
 
 const UPSTREAM: RGBColor = RGBColor(90, 90, 90);
 const KCM_RS: RGBColor = RGBColor(46, 110, 200);

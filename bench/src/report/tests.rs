@@ -1,6 +1,6 @@
 use super::chart::{domain, rows};
 use super::*;
-use crate::bench::results::Workload;
+use crate::results::Workload;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -204,7 +204,7 @@ fn scaling_png_writes_a_png() -> TestResult {
     if !font_or_skip() {
         return Ok(());
     }
-    let point = |pods, upstream_mib, kcm_rs_mib| crate::bench::scaling::Point {
+    let point = |pods, upstream_mib, kcm_rs_mib| crate::scaling::Point {
         pods,
         upstream_mib,
         kcm_rs_mib,

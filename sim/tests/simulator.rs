@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kcm_e2e::sim::{self, SimConfig, SimStats};
 use kcm_e2e::wait::{wait_for, wait_gone};
 use kcm_e2e::{TestNamespace, shared};
+use kcm_sim::{self as sim, SimConfig, SimStats};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;

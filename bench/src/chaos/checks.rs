@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
 use super::{ChaosReport, TRACKING};
-use crate::history::{PodHistory, condition};
+use kcm_e2e::history::{PodHistory, condition};
 
 pub(super) fn has_tracking(p: &Pod) -> bool {
     p.metadata

@@ -38,16 +38,16 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
-use crate::control_plane::tail;
-use crate::faults::{self, Fault, FaultProxy, FaultSettings};
+use kcm_e2e::control_plane::tail;
+use kcm_e2e::faults::{self, Fault, FaultProxy, FaultSettings};
 
 mod checks;
 mod trace;
-use crate::history::PodHistory;
-use crate::sim::{self, SimConfig, SimStats};
-use crate::{ControlPlane, HarnessError, TestNamespace};
 pub use checks::compare;
 use checks::{check_counts, check_disruption_order, check_jobs, check_pods, has_tracking, name_of};
+use kcm_e2e::history::PodHistory;
+use kcm_e2e::{ControlPlane, HarnessError, TestNamespace};
+use kcm_sim::{self as sim, SimConfig, SimStats};
 
 const TRACKING: &str = "batch.kubernetes.io/job-tracking";
 /// The taint put on one simulated node: pods of Jobs that do not tolerate it

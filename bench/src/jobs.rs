@@ -17,7 +17,7 @@ use super::common::{
     Env, Impl, Requests, ServerCost, controller_requests, create_many, delta, job,
     job_watch_after_list, request_counts, spawn_manager, spawn_sim, terminal,
 };
-use crate::{ControlPlane, TestNamespace};
+use kcm_e2e::{ControlPlane, TestNamespace};
 
 /// What one run of a Jobs workload measured.
 #[derive(Debug, Clone)]

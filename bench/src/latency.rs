@@ -14,7 +14,7 @@ use kube::runtime::watcher;
 use serde_json::json;
 
 use super::common::{Env, Impl, ServerCost, job, job_watch_after_list, spawn_manager};
-use crate::{ControlPlane, TestNamespace, kubelet};
+use kcm_e2e::{ControlPlane, TestNamespace, kubelet};
 
 /// Seconds from the pod's `Failed` status write to each condition.
 #[derive(Debug, Clone, Default)]

@@ -31,8 +31,8 @@ use kube::runtime::watcher;
 use parking_lot::Mutex;
 use tokio::task::JoinHandle;
 
-use crate::HarnessError;
-use crate::kubelet::{self, PodStatusUpdate};
+use kcm_e2e::HarnessError;
+use kcm_e2e::kubelet::{self, PodStatusUpdate};
 
 pub mod outcomes;
 use outcomes::Outcome;

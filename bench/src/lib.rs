@@ -1,0 +1,17 @@
+//! Benchmarks of kcm-rs against upstream kube-controller-manager on the same
+//! local control plane (`make bench`: `kcm-bench`): the workloads W1-W6
+//! ([`jobs`], [`latency`], [`memory`], [`eviction`], [`scaling`]) over the
+//! shared process and request measurements of [`common`], the result types
+//! ([`results`]) and the report ([`report`]: Markdown table, PNG charts,
+//! JSON); and the chaos driver ([`chaos`], `make chaos`: `kcm-chaos`).
+//! Results are committed under `bench/results/`.
+
+pub mod chaos;
+pub mod common;
+pub mod eviction;
+pub mod jobs;
+pub mod latency;
+pub mod memory;
+pub mod report;
+pub mod results;
+pub mod scaling;
