@@ -25,5 +25,7 @@ pub mod wait;
 
 pub use control_plane::{ControlPlane, shared};
 pub use error::HarnessError;
+/// The one mock API server, for request-shape tests only.
+pub use kcm_mock_api as mock;
 pub use namespace::TestNamespace;
 pub use upstream::UpstreamKcm;

@@ -1,112 +1,45 @@
 //! The client stack over a mocked API server: real `kube::Api` calls, fake
 //! transport.
 
-use std::collections::VecDeque;
-use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::Pod;
+use kcm_mock_api::{MockApi, Reply, Seen};
 use kube::api::{Api, PostParams};
-use kube::client::{Body, ClientBuilder};
-use parking_lot::Mutex;
+use kube::client::ClientBuilder;
 use tokio::time::Instant;
-use tower::BoxError;
 
 use super::*;
 
-/// What the mock answers, in order; the last entry repeats.
-#[derive(Clone, Debug)]
-enum Reply {
-    Status(u16),
-    StatusRetryAfter(u16, &'static str),
-    ConnectionReset,
-    /// Never answers.
-    Stall,
-}
-
-#[derive(Clone, Debug)]
-struct Seen {
-    method: http::Method,
-    uri: Uri,
-    user_agent: Option<String>,
-    at: Instant,
-}
-
-#[derive(Clone, Default)]
-struct Mock {
-    replies: Arc<Mutex<VecDeque<Reply>>>,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
+/// The shared mock API server with this file's client stack on top.
+#[derive(Clone)]
+struct Mock(MockApi);
 
 const POD_JSON: &str =
     r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"default"}}"#;
 
+/// `code` with a pod (success) or a `Status` (failure) body.
+fn code(code: u16) -> Reply {
+    if code < 300 {
+        Reply::json(code, serde_json::from_str(POD_JSON).expect("pod json"))
+    } else {
+        Reply::status(code, "ServiceUnavailable")
+    }
+}
+
 impl Mock {
+    /// Answers with `replies` in order; the last one repeats.
     fn new(replies: &[Reply]) -> Self {
-        Mock {
-            replies: Arc::new(Mutex::new(replies.iter().cloned().collect())),
-            seen: Arc::default(),
-        }
+        Mock(MockApi::new().replies(replies.to_vec()))
     }
 
     fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().clone()
+        self.0.seen()
     }
 
     fn client(&self, opts: &ClientOptions, host: &str) -> kube::Client {
-        let mock = self.clone();
-        let svc = tower::service_fn(move |req: Request<Body>| {
-            let mock = mock.clone();
-            async move {
-                mock.seen.lock().push(Seen {
-                    method: req.method().clone(),
-                    uri: req.uri().clone(),
-                    user_agent: req
-                        .headers()
-                        .get(http::header::USER_AGENT)
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_owned),
-                    at: Instant::now(),
-                });
-                let reply = {
-                    let mut q = mock.replies.lock();
-                    if q.len() > 1 {
-                        q.pop_front()
-                    } else {
-                        q.front().cloned()
-                    }
-                };
-                let (code, retry_after) = match reply.unwrap_or(Reply::Status(200)) {
-                    Reply::Status(c) => (c, None),
-                    Reply::StatusRetryAfter(c, ra) => (c, Some(ra)),
-                    Reply::Stall => {
-                        std::future::pending::<()>().await;
-                        unreachable!("pending never resolves")
-                    }
-                    Reply::ConnectionReset => {
-                        let e = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
-                        return Err::<Response<Body>, BoxError>(Box::new(e));
-                    }
-                };
-                let body = if code < 300 {
-                    POD_JSON.to_owned()
-                } else {
-                    format!(
-                        r#"{{"kind":"Status","apiVersion":"v1","status":"Failure","code":{code},"reason":"ServiceUnavailable","message":"mock"}}"#
-                    )
-                };
-                let mut res = Response::builder()
-                    .status(StatusCode::from_u16(code)?)
-                    .header("content-type", "application/json");
-                if let Some(ra) = retry_after {
-                    res = res.header("retry-after", ra);
-                }
-                Ok(res.body(Body::from(body.into_bytes()))?)
-            }
-        });
         let stack = ClientStack::new(opts, host).expect("valid options");
-        ClientBuilder::new(svc, "default")
+        ClientBuilder::new(self.0.service(), "default")
             .with_layer(&stack)
             .build()
     }
@@ -142,7 +75,7 @@ fn durations(verb: &str, host: &str) -> u64 {
 #[tokio::test(start_paused = true)]
 async fn burst_plus_one_request_waits_one_over_qps() {
     let host = "limiter.test:6443";
-    let mock = Mock::new(&[Reply::Status(200)]);
+    let mock = Mock::new(&[code(200)]);
     let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(10.0, 3), host));
     for _ in 0..5 {
         pods.get("p").await.expect("get");
@@ -175,7 +108,7 @@ async fn burst_plus_one_request_waits_one_over_qps() {
 
 #[tokio::test(start_paused = true)]
 async fn each_client_has_its_own_bucket() {
-    let mock = Mock::new(&[Reply::Status(200)]);
+    let mock = Mock::new(&[code(200)]);
     let a: Api<Pod> = Api::default_namespaced(mock.client(&opts(1.0, 1), "bucket-a.test"));
     let b: Api<Pod> = Api::default_namespaced(mock.client(&opts(1.0, 1), "bucket-b.test"));
     let start = Instant::now();
@@ -187,7 +120,7 @@ async fn each_client_has_its_own_bucket() {
 #[tokio::test(start_paused = true)]
 async fn watches_are_neither_throttled_nor_timed() {
     let host = "watch.test";
-    let mock = Mock::new(&[Reply::Status(200)]);
+    let mock = Mock::new(&[code(200)]);
     let client = mock.client(&opts(1.0, 1), host);
     Api::<Pod>::default_namespaced(client.clone())
         .get("p")
@@ -212,7 +145,7 @@ async fn watches_are_neither_throttled_nor_timed() {
 #[tokio::test(start_paused = true)]
 async fn get_is_retried_at_most_three_times_on_503() {
     let host = "retry-get.test";
-    let mock = Mock::new(&[Reply::Status(503)]);
+    let mock = Mock::new(&[code(503)]);
     let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(100.0, 100), host));
     let start = Instant::now();
     let err = pods.get("p").await.expect_err("503 surfaces");
@@ -244,9 +177,9 @@ async fn get_is_retried_at_most_three_times_on_503() {
 async fn retry_succeeds_and_honours_retry_after() {
     let host = "retry-after.test";
     let mock = Mock::new(&[
-        Reply::StatusRetryAfter(429, "2"),
-        Reply::StatusRetryAfter(503, "600"),
-        Reply::Status(200),
+        code(429).retry_after("2"),
+        code(503).retry_after("600"),
+        code(200),
     ]);
     let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(100.0, 100), host));
     pods.get("p").await.expect("third attempt succeeds");
@@ -264,11 +197,7 @@ async fn retry_succeeds_and_honours_retry_after() {
 #[tokio::test(start_paused = true)]
 async fn post_is_never_retried() {
     let host = "retry-post.test";
-    for reply in [
-        Reply::Status(503),
-        Reply::StatusRetryAfter(429, "1"),
-        Reply::ConnectionReset,
-    ] {
+    for reply in [code(503), code(429).retry_after("1"), Reply::Reset] {
         let mock = Mock::new(std::slice::from_ref(&reply));
         let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(100.0, 100), host));
         pods.create(&PostParams::default(), &pod())
@@ -285,14 +214,14 @@ async fn post_is_never_retried() {
 #[tokio::test(start_paused = true)]
 async fn get_is_retried_after_connection_reset_but_put_is_not() {
     let host = "retry-conn.test";
-    let mock = Mock::new(&[Reply::ConnectionReset, Reply::Status(200)]);
+    let mock = Mock::new(&[Reply::Reset, code(200)]);
     let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(100.0, 100), host));
     pods.get("p").await.expect("retried");
     assert_eq!(mock.seen().len(), 2);
     assert_eq!(requests("<error>", "GET", host), 1);
     assert_eq!(requests("200", "GET", host), 1);
 
-    let mock = Mock::new(&[Reply::ConnectionReset, Reply::Status(200)]);
+    let mock = Mock::new(&[Reply::Reset, code(200)]);
     let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(100.0, 100), host));
     pods.replace("p", &PostParams::default(), &pod())
         .await
@@ -303,7 +232,7 @@ async fn get_is_retried_after_connection_reset_but_put_is_not() {
 #[tokio::test(start_paused = true)]
 async fn metrics_and_user_agent_per_request() {
     let host = "labels.test:443";
-    let mock = Mock::new(&[Reply::Status(200)]);
+    let mock = Mock::new(&[code(200)]);
     let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(100.0, 100), host));
     pods.get("p").await.expect("get");
     pods.create(&PostParams::default(), &pod())
@@ -318,7 +247,7 @@ async fn metrics_and_user_agent_per_request() {
     assert_eq!(durations("DELETE", host), 1);
     let ua = user_agent("job-controller");
     for s in mock.seen() {
-        assert_eq!(s.user_agent.as_deref(), Some(ua.as_str()), "{}", s.uri);
+        assert_eq!(s.user_agent.as_deref(), Some(ua.as_str()), "{}", s.path);
     }
     // The families are in the shared registry under their upstream names.
     let text = crate::metrics::render();
@@ -411,7 +340,7 @@ fn fenced_opts(fence: Fence, timeout: Duration) -> ClientOptions {
 
 #[tokio::test(start_paused = true)]
 async fn a_passed_fence_refuses_writes_before_they_are_sent() {
-    let mock = Mock::new(&[Reply::Status(200)]);
+    let mock = Mock::new(&[code(200)]);
     let client = mock.client(&fenced_opts(Fence::closed(), REQUEST_TIMEOUT), "h");
     let api: Api<Pod> = Api::namespaced(client, "default");
     let err = api

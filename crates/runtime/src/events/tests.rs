@@ -1,59 +1,27 @@
 //! The writer over a mocked API server (request shapes only; end-to-end
 //! tests against a real API server live in the e2e crate).
 
-use std::sync::Arc;
-
-use http::{Method, Request, Response};
-use http_body_util::BodyExt;
-use kube::client::Body;
-use parking_lot::Mutex;
-use serde_json::Value;
-use tower::BoxError;
+use http::Method;
+use kcm_mock_api::{MockApi, Reply};
 
 use super::*;
 
-#[derive(Clone, Debug)]
-struct Seen {
-    method: Method,
-    path: String,
-    body: Value,
-}
-
-/// Answers POST with 201 and PATCH with `patch_status`, echoing the body.
-fn mock_client(patch_status: u16) -> (kube::Client, Arc<Mutex<Vec<Seen>>>) {
-    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
-    let log = seen.clone();
-    let svc = tower::service_fn(move |req: Request<Body>| {
-        let log = log.clone();
-        async move {
-            let (parts, body) = req.into_parts();
-            let bytes = body.collect().await?.to_bytes();
-            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            log.lock().push(Seen {
-                method: parts.method.clone(),
-                path: parts.uri.path().to_owned(),
-                body: body.clone(),
-            });
-            let (status, out) = match parts.method {
-                Method::PATCH if patch_status == 404 => (
-                    404,
-                    serde_json::json!({"kind":"Status","apiVersion":"v1","status":"Failure","code":404,"reason":"NotFound","message":"gone"}),
-                ),
-                Method::PATCH => {
-                    let mut ev = serde_json::json!({"apiVersion":"v1","kind":"Event","metadata":{"name":"x"},"involvedObject":{}});
-                    ev["count"] = body["count"].clone();
-                    (200, ev)
-                }
-                _ => (201, body),
-            };
-            let res = Response::builder()
-                .status(status)
-                .header("content-type", "application/json")
-                .body(Body::from(serde_json::to_vec(&out)?))?;
-            Ok::<_, BoxError>(res)
-        }
-    });
-    (kube::Client::new(svc, "default"), seen)
+/// Answers POST with 201 and PATCH with `patch_status`, echoing the body
+/// (a PATCH's `count` comes back on an Event).
+fn mock_client(patch_status: u16) -> (kube::Client, MockApi) {
+    let patch = if patch_status == 404 {
+        Reply::status(404, "NotFound")
+    } else {
+        Reply::with(|seen| {
+            let mut ev = serde_json::json!({"apiVersion":"v1","kind":"Event","metadata":{"name":"x"},"involvedObject":{}});
+            ev["count"] = seen.body["count"].clone();
+            (200, ev)
+        })
+    };
+    let mock = MockApi::new()
+        .on("PATCH", [patch])
+        .replies([Reply::Echo(201)]);
+    (mock.client(), mock)
 }
 
 fn job_ref() -> ObjectReference {
@@ -97,7 +65,7 @@ async fn creates_then_patches_identical_events() {
     );
     rec.flush().await;
 
-    let seen = seen.lock().clone();
+    let seen = seen.seen();
     assert_eq!(seen.len(), 4, "{seen:#?}");
     let create = &seen[0];
     assert_eq!(create.method, Method::POST);
@@ -146,7 +114,7 @@ async fn patch_of_expired_event_recreates_it_with_the_count() {
     rec.event(&node, EventType::Normal, "R", "m");
     rec.event(&node, EventType::Normal, "R", "m");
     rec.flush().await;
-    let seen = seen.lock().clone();
+    let seen = seen.seen();
     let methods: Vec<_> = seen.iter().map(|s| s.method.clone()).collect();
     assert_eq!(methods, [Method::POST, Method::PATCH, Method::POST]);
     assert_eq!(
@@ -176,7 +144,7 @@ async fn full_queue_drops_instead_of_blocking() {
         2
     );
     rec.flush().await;
-    assert_eq!(seen.lock().len(), 1);
+    assert_eq!(seen.seen().len(), 1);
     assert!(crate::metrics::render().contains("kcm_event_recorder_dropped_events_total"));
 }
 
@@ -211,7 +179,7 @@ async fn similar_events_are_combined_into_one_patched_event() {
         );
     }
     rec.flush().await;
-    let seen = seen.lock().clone();
+    let seen = seen.seen();
     let methods: Vec<_> = seen.iter().map(|s| s.method.clone()).collect();
     assert_eq!(methods[..10], [Method::POST; 10]);
     assert_eq!(methods[10..], [Method::PATCH, Method::PATCH]);
@@ -253,7 +221,7 @@ async fn spam_filter_drops_and_counts_events_beyond_the_burst() {
     other.name = Some("other".into());
     rec.event(&other, EventType::Normal, "R1", "m");
     rec.flush().await;
-    let seen = seen.lock().clone();
+    let seen = seen.seen();
     assert_eq!(seen.len(), 26, "25 about pi, 1 about other");
     assert!(seen.iter().all(|s| s.method == Method::POST));
     assert_eq!(seen[24].body["reason"], "R25");

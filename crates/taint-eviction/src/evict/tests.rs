@@ -1,103 +1,20 @@
 //! The executor against a mocked API server: the requests it sends, in
 //! order, and how it treats failures.
 
-use std::collections::VecDeque;
-
-use http::{Request, Response};
-use http_body_util::BodyExt;
-use kube::client::Body;
+use kcm_mock_api::{MockApi as Mock, Reply, status};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tower::BoxError;
 
 use super::*;
 
-#[derive(Debug, Clone)]
-struct Seen {
-    method: String,
-    path: String,
-    content_type: String,
-    body: Value,
+/// Queued `(status, body)` answers per method, as the tests write them.
+trait Replies {
+    fn reply(self, method: &str, replies: Vec<(u16, Value)>) -> Self;
 }
 
-/// Queued (status, body) replies per HTTP method.
-type Replies = Vec<(&'static str, VecDeque<(u16, Value)>)>;
-
-/// Answers by method with queued (status, body) replies; the last reply of
-/// each method repeats.
-#[derive(Clone, Default)]
-struct Mock {
-    replies: Arc<Mutex<Replies>>,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-fn status(code: u16, reason: &str) -> Value {
-    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-           "code": code, "reason": reason, "message": "mock"})
-}
-
-impl Mock {
-    fn reply(self, method: &'static str, replies: Vec<(u16, Value)>) -> Self {
-        self.replies.lock().push((method, replies.into()));
-        self
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().clone()
-    }
-
-    fn verbs(&self) -> Vec<String> {
-        self.seen()
-            .iter()
-            .map(|s| {
-                let sub = if s.path.ends_with("/status") {
-                    " status"
-                } else {
-                    ""
-                };
-                format!("{}{sub}", s.method)
-            })
-            .collect()
-    }
-
-    fn client(&self) -> kube::Client {
-        let mock = self.clone();
-        let svc = tower::service_fn(move |req: Request<Body>| {
-            let mock = mock.clone();
-            async move {
-                let method = req.method().to_string();
-                let path = req.uri().path().to_string();
-                let content_type = req
-                    .headers()
-                    .get(http::header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_string();
-                let bytes = req.into_body().collect().await?.to_bytes();
-                let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                mock.seen.lock().push(Seen {
-                    method: method.clone(),
-                    path,
-                    content_type,
-                    body,
-                });
-                let (code, body) = {
-                    let mut replies = mock.replies.lock();
-                    match replies.iter_mut().find(|(m, _)| *m == method) {
-                        Some((_, q)) if q.len() > 1 => q.pop_front(),
-                        Some((_, q)) => q.front().cloned(),
-                        None => None,
-                    }
-                    .unwrap_or((500, status(500, "InternalError")))
-                };
-                let res = Response::builder()
-                    .status(code)
-                    .header("content-type", "application/json")
-                    .body(Body::from(serde_json::to_vec(&body)?))?;
-                Ok::<_, BoxError>(res)
-            }
-        });
-        kube::Client::new(svc, "default")
+impl Replies for Mock {
+    fn reply(self, method: &str, replies: Vec<(u16, Value)>) -> Self {
+        self.on(method, replies.into_iter().map(|(c, b)| Reply::json(c, b)))
     }
 }
 
