@@ -1,5 +1,8 @@
 //! The disruption controller against the real API server, one private
-//! control plane per test (the controller watches every namespace).
+//! control plane per test (the controller watches every namespace): the
+//! scenarios of the differential suite (`support/scenarios.rs`) against
+//! ours, then what only a step-by-step test shows (status as pods come and
+//! go, evictions, the stale-condition reset).
 
 mod support;
 
@@ -16,6 +19,7 @@ use kube::Api;
 use kube::api::EvictParams;
 use serde_json::json;
 
+use support::scenarios;
 use support::*;
 
 async fn ours(cp: &ControlPlane, settings: Settings, gates: FeatureGates) -> InProcess {
@@ -33,6 +37,20 @@ fn counts(p: &k8s_openapi::api::policy::v1::PodDisruptionBudget) -> (i32, i32, i
         s.expected_pods.unwrap_or(0),
         s.disruptions_allowed.unwrap_or(0),
     )
+}
+
+#[tokio::test]
+async fn the_shared_scenarios_settle_as_expected() {
+    let cp = ControlPlane::start().expect("control plane");
+    let c = cp.client().await.expect("client");
+    let _ctl = ours(&cp, Settings::default(), FeatureGates::default()).await;
+    let runs = scenarios::SCENARIOS.iter().map(|s| {
+        let c = c.clone();
+        async move { (s, scenarios::run(&c, s).await) }
+    });
+    for (s, (o, _)) in futures::future::join_all(runs).await {
+        scenarios::expect(s, &o);
+    }
 }
 
 #[tokio::test]

@@ -1,8 +1,11 @@
 //! Shared pieces of the disruption controller's end-to-end and differential
 //! tests: owners and their pods created by the test (no ReplicaSet or
-//! Deployment controller runs), PDBs, and the comparable status.
+//! Deployment controller runs), PDBs, the comparable status, and the
+//! scenarios both suites run ([`scenarios`]).
 
 #![allow(dead_code)]
+
+pub mod scenarios;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
