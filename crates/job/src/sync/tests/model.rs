@@ -54,6 +54,7 @@ fn crash() -> impl Strategy<Value = Crash> {
         1 => Just(Crash::AfterFlush),
         1 => (0usize..4).prop_map(Crash::MidRemoval),
         1 => Just(Crash::BeforeLastWrite),
+        1 => (0usize..3).prop_map(Crash::MidCreation),
     ]
 }
 
@@ -189,16 +190,6 @@ fn finished(w: &World) -> bool {
 
 /// The executor's sync, plus the checks that need the pods before and after.
 fn checked_sync(w: &mut World, c: &mut Checker, crash_: Crash) -> Report {
-    if finished(w) {
-        // The controller does not sync finished Jobs.
-        return Report {
-            work: PodWork::Nothing,
-            writes: Vec::new(),
-            finished: false,
-            events: Vec::new(),
-            action: super::super::ACTION_RECONCILING,
-        };
-    }
     let before: HashMap<String, (String, bool)> = w
         .pods
         .iter()
@@ -233,7 +224,7 @@ fn checked_sync(w: &mut World, c: &mut Checker, crash_: Crash) -> Report {
             _ => {}
         }
     }
-    if crash_ == Crash::None {
+    if !r.crashed {
         let spec = w.job.spec.clone().unwrap_or_default();
         let active = w.pods.iter().filter(|p| is_active(p)).count();
         let active = i32::try_from(active).unwrap_or(i32::MAX);
