@@ -1,7 +1,7 @@
-//! Table tests of the pure sync stages, driven by a tiny in-memory executor
-//! ([`World`]) that applies the stages' outputs the way the real executor
-//! does (`controller/sync_job.rs`), with the API server reduced to "writes
-//! land at once". Property tests of the §3c invariants are in `model`.
+//! Table tests of a Job's syncs: the shipped executor
+//! (`controller/sync_job.rs` and the pure stages it runs) against the model
+//! world ([`World`]), an API server reduced to "writes land at once and are
+//! observed at once". Property tests of the §3c invariants are in `model`.
 
 mod model;
 mod server;
@@ -423,4 +423,59 @@ fn suspending_clears_start_time_from_1_35_with_the_gate() {
             assert_eq!(s.start_time, Some(Time(w.now)));
         }
     }
+}
+
+/// Where each crash point stops a sync that records two successes, removes
+/// their finalizers and completes the Job (flush, 2 removals, flush); the
+/// next sync, in a fresh process, finishes the work counting each once.
+#[test]
+fn crash_points_stop_the_sync_where_named() {
+    // (crash, status writes that land, finalizers removed)
+    let rows = [
+        (Crash::AfterPodWork, 0, 0),
+        (Crash::AfterFlush, 1, 0),
+        (Crash::MidRemoval(0), 1, 0),
+        (Crash::MidRemoval(1), 1, 1),
+        (Crash::BeforeLastWrite, 1, 2),
+        // Not reached: the sync completes and nothing dies.
+        (Crash::MidRemoval(2), 2, 2),
+        (Crash::MidCreation(0), 2, 2),
+    ];
+    for (crash, writes, removed) in rows {
+        let pods = vec![pod("a", "Succeeded"), pod("b", "Succeeded")];
+        let mut w = World::new(job(json!({"completions": 2, "parallelism": 2}))).with_pods(pods);
+        let r = w.sync(crash);
+        assert_eq!(r.crashed, writes < 2, "{crash:?}");
+        assert_eq!(r.writes.len(), writes, "{crash:?}");
+        let kept = w
+            .pods
+            .iter()
+            .filter(|p| crate::pods::has_tracking_finalizer(p))
+            .count();
+        assert_eq!(2 - kept, removed, "{crash:?}");
+        let r = w.sync(Crash::None);
+        assert_eq!(r.finished, writes < 2, "{crash:?}");
+        let s = w.job.status.clone().unwrap_or_default();
+        assert_eq!(s.succeeded, Some(2), "{crash:?}");
+        assert_eq!(types(&s), vec!["SuccessCriteriaMet", "Complete"]);
+    }
+}
+
+/// A process that dies part-way through a slow-start batch loses its
+/// expectations; the next one sees the pods that landed and creates only
+/// the rest.
+#[test]
+fn crash_mid_creation_creates_the_rest_once() {
+    let mut w = World::new(job(json!({"completions": 6, "parallelism": 5})));
+    let r = w.sync(Crash::MidCreation(2));
+    assert!(r.crashed);
+    // Slow start: a batch of 1, then one of 2 whose second creation dies.
+    assert_eq!(r.created().len(), 2);
+    assert_eq!(w.pods.len(), 2);
+    assert!(w.job.status.is_none(), "no status write landed");
+    let r = w.sync(Crash::None);
+    assert_eq!(r.created().len(), 3);
+    assert_eq!(w.pods.iter().filter(|p| is_active(p)).count(), 5);
+    let s = w.job.status.clone().unwrap_or_default();
+    assert_eq!(s.active, Some(5));
 }

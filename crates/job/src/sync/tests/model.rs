@@ -1,7 +1,9 @@
 //! Property tests of the Job controller invariants (perf-reliability-notes
 //! §3c) over random histories: kubelet transitions, user deletions, scale
-//! and suspend changes, clock steps, and syncs that crash part-way, replayed
-//! by the in-memory executor [`World`].
+//! and suspend changes, clock steps, and syncs that crash part-way. Each
+//! sync is the shipped `JobController::sync_job` against the model world
+//! ([`World`]); a crash kills the controller process part-way (every later
+//! write fails) and the next sync runs in a fresh one.
 //!
 //! Checked on every persisted status write:
 //! * exactly-once: a UID leaves `uncountedTerminatedPods` at most once, is
@@ -17,10 +19,12 @@
 //!   `startTime`, no finished Job without `startTime`.
 //!
 //! Checked after syncs: a terminal pod loses its finalizer only once its UID
-//! is persisted (or counted); with a full sync `active <= parallelism` and
-//! `active <= completions - succeeded`; replaying a sync reaches a fixed
-//! point without changing counters. At the end the Job finishes and no pod
-//! keeps the finalizer.
+//! is persisted (or counted); after a sync that did not crash `active <=
+//! parallelism` and `active <= completions - succeeded`; replaying a sync
+//! reaches a fixed point without changing counters; a sync fails exactly
+//! when its process died and starts with its expectations satisfied (both
+//! in [`World::sync`]). At the end the Job finishes and no pod keeps the
+//! finalizer.
 
 use std::collections::{HashMap, HashSet};
 
@@ -188,7 +192,8 @@ fn finished(w: &World) -> bool {
         .any(|c| (c.0 == "Complete" || c.0 == "Failed") && c.1 == "True")
 }
 
-/// The executor's sync, plus the checks that need the pods before and after.
+/// One sync (the shipped one also runs for a finished Job, and must write
+/// nothing), plus the checks that need the pods before and after.
 fn checked_sync(w: &mut World, c: &mut Checker, crash_: Crash) -> Report {
     let before: HashMap<String, (String, bool)> = w
         .pods
