@@ -144,9 +144,7 @@ pub(crate) struct Report {
 }
 
 impl Report {
-    fn new(log: SyncLog, finished: bool) -> Self {
-        // Filled in by the world, which owns the controller.
-        let backoff = None;
+    fn new(log: SyncLog, finished: bool, backoff: Option<Duration>) -> Self {
         let arcs = |pods: Vec<Pod>| pods.into_iter().map(Arc::new).collect();
         let work = if !log.created.is_empty() {
             PodWork::Create(log.created)
@@ -191,7 +189,10 @@ impl Report {
 /// Where the controller process dies during a sync: every write from that
 /// point on fails (the API server keeps what landed), and the next sync
 /// runs in a fresh process (empty expectations, back-off records and
-/// caches). Points the sync does not reach do not crash it.
+/// caches). Points the sync does not reach do not crash it. The world
+/// tells the points apart by the writes alone (see `Server::dies`): a lone
+/// tracking status write with no finalizer removal counts as the first
+/// flush, so `AfterFlush` and `BeforeLastWrite` let it land.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) enum Crash {
     #[default]
@@ -326,9 +327,7 @@ impl World {
             self.process = None;
         }
         let finished = !was_finished && is_finished(&self.job);
-        let mut report = Report::new(log, finished);
-        report.backoff = self.backoff_wait();
-        report
+        Report::new(log, finished, self.backoff_wait())
     }
 }
 
