@@ -33,13 +33,10 @@ pub use settings::JobSettings;
 
 use std::sync::Arc;
 
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use kcm_runtime::controller::{ControllerContext, ControllerSpec, InitError, Started};
 use kcm_runtime::events::Recorder;
-use kcm_runtime::expectations::{ControllerExpectations, UidTrackingExpectations};
-use kcm_runtime::informer::{
-    BY_CONTROLLER_UID, BY_NAMESPACE, controller_uid_index, namespace_index,
-};
-use kcm_runtime::workqueue::{RateLimit, WorkQueue};
 
 /// KCM's name and alias for this controller.
 pub const SPEC: ControllerSpec = ControllerSpec {
@@ -55,34 +52,18 @@ const NAME: &str = "job-controller";
 
 fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     let client = ctx.client(NAME)?;
-    let jobs = ctx.informers.informer();
-    jobs.add_index(BY_NAMESPACE, namespace_index());
-    let pods = ctx.informers.informer();
-    pods.add_index(BY_CONTROLLER_UID, controller_uid_index());
-    pods.add_index(
-        controller::BY_ORPHAN_NAMESPACE,
-        controller::orphan_namespace_index(),
-    );
-    pods.add_index(
-        controller::BY_TRACKING_NAMESPACE,
-        controller::tracking_namespace_index(),
-    );
-    let rate = RateLimit::per_key(controller::JOB_API_BACKOFF, controller::MAX_JOB_API_BACKOFF);
+    let jobs = ctx.informers.informer::<Job>();
+    let pods = ctx.informers.informer::<Pod>();
+    controller::add_indexes(&jobs, &pods);
+    let port = controller::port::ApiPort::new(client.clone(), Recorder::new(client, NAME));
     let config = sync::Config::new(&ctx.features);
-    let jc = Arc::new(controller::JobController {
-        port: controller::port::ApiPort::new(client.clone(), Recorder::new(client, NAME)),
+    let jc = Arc::new(controller::JobController::new(
+        port,
         jobs,
         pods,
-        queue: WorkQueue::new("job", rate),
-        orphan_queue: WorkQueue::new("job_orphan_pod", rate),
-        expectations: ControllerExpectations::with_clock(ctx.clock.clone()),
-        finalizer_expectations: UidTrackingExpectations::new(),
-        finished_jobs: Default::default(),
-        backoff: backoff::BackoffStore::new(),
         config,
-        rw: controller::consistency::ReadYourWrites::new(config.read_your_writes),
-        clock: ctx.clock.clone(),
-    });
+        ctx.clock.clone(),
+    ));
     metrics::set_minor(ctx.version.minor());
     if ctx.version.at_least(36) {
         // Upstream registers the family on 1.36+ whatever the gate says.

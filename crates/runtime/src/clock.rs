@@ -3,7 +3,8 @@
 //! and monotonic time (tokio's [`Instant`]) for timers, expectations and
 //! the host's bounds. Production reads the system's wall clock; tests use
 //! [`Clock::following_tokio`], whose wall time moves with tokio's, so
-//! `tokio::time::pause` and `advance` move both together.
+//! `tokio::time::pause` and `advance` move both together, or
+//! [`Clock::from_fn`] to set wall time by hand.
 
 use std::sync::Arc;
 
@@ -34,6 +35,14 @@ impl Clock {
                     SignedDuration::try_from(origin.elapsed()).unwrap_or(SignedDuration::MAX);
                 start.checked_add(elapsed).unwrap_or(Timestamp::MAX)
             }),
+        }
+    }
+
+    /// Wall time read from `wall`, for tests and tools that drive time
+    /// themselves (a model world's `now`); monotonic time stays tokio's.
+    pub fn from_fn(wall: impl Fn() -> Timestamp + Send + Sync + 'static) -> Self {
+        Clock {
+            wall: Arc::new(wall),
         }
     }
 

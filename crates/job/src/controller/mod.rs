@@ -18,11 +18,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kcm_runtime::clock::Clock;
 use kcm_runtime::events::EventType;
 use kcm_runtime::expectations::{ControllerExpectations, UidTrackingExpectations};
 use kcm_runtime::host::Host;
-use kcm_runtime::informer::Informer;
-use kcm_runtime::workqueue::WorkQueue;
+use kcm_runtime::informer::{
+    BY_CONTROLLER_UID, BY_NAMESPACE, Informer, controller_uid_index, namespace_index,
+};
+use kcm_runtime::workqueue::{RateLimit, WorkQueue};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
@@ -115,7 +118,43 @@ pub fn job_ref(job: &Job) -> ObjectReference {
     }
 }
 
+/// Adds the indexes the controller reads to its informers.
+pub fn add_indexes(jobs: &Informer<Job>, pods: &Informer<Pod>) {
+    jobs.add_index(BY_NAMESPACE, namespace_index());
+    pods.add_index(BY_CONTROLLER_UID, controller_uid_index());
+    pods.add_index(BY_ORPHAN_NAMESPACE, orphan_namespace_index());
+    pods.add_index(BY_TRACKING_NAMESPACE, tracking_namespace_index());
+}
+
 impl<P: JobPort> JobController<P> {
+    /// A controller over `jobs` and `pods` (indexed by [`add_indexes`])
+    /// writing through `port`, with empty queues, expectations and
+    /// back-off records: what a process starts with. KCM and the model
+    /// tests build it the same way.
+    pub fn new(
+        port: P,
+        jobs: Arc<Informer<Job>>,
+        pods: Arc<Informer<Pod>>,
+        config: Config,
+        clock: Clock,
+    ) -> Self {
+        let rate = RateLimit::per_key(JOB_API_BACKOFF, MAX_JOB_API_BACKOFF);
+        JobController {
+            port,
+            jobs,
+            pods,
+            queue: WorkQueue::new("job", rate),
+            orphan_queue: WorkQueue::new("job_orphan_pod", rate),
+            expectations: ControllerExpectations::with_clock(clock.clone()),
+            finalizer_expectations: UidTrackingExpectations::new(),
+            finished_jobs: Mutex::default(),
+            backoff: BackoffStore::new(),
+            config,
+            rw: consistency::ReadYourWrites::new(config.read_your_writes),
+            clock,
+        }
+    }
+
     pub fn event(&self, job: &Job, warning: bool, reason: &str, message: impl Into<String>) {
         let kind = if warning {
             EventType::Warning

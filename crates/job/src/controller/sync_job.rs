@@ -60,7 +60,7 @@ impl<P: JobPort> JobController<P> {
         }
     }
 
-    pub(super) async fn sync_job(&self, key: &str) -> Result<(), SyncError> {
+    pub(crate) async fn sync_job(&self, key: &str) -> Result<(), SyncError> {
         let started = self.clock.instant();
         let Some((ns, name)) = key
             .split_once('/')

@@ -1,6 +1,6 @@
 //! `explain` against the shipped sync stages: table cases, and a property
-//! test that drives random Jobs and pod failures through the in-memory
-//! executor ([`World`], which runs the controller's own stages) and checks
+//! test that drives random Jobs and pod failures through the model world
+//! ([`World`], which runs the shipped `JobController::sync_job`) and checks
 //! that the explanation's replay reaches the same counters, failed indexes
 //! and condition as the controller did.
 

@@ -142,6 +142,29 @@ impl<K: Informable> Informer<K> {
         }
     }
 
+    /// An informer with no watch, fed by hand: a test or a tool owns it and
+    /// plays the API server's part. It counts as synced at once (there is no
+    /// initial list to wait for); [`feed_apply`](Self::feed_apply) and
+    /// [`feed_delete`](Self::feed_delete) take the path watch events take
+    /// (store, indexes, resourceVersion tracking, handlers).
+    pub fn fed() -> Self {
+        let inf = Self::new();
+        inf.synced.send_replace(true);
+        inf
+    }
+
+    /// Applies `obj` as a watch event would: added, or an update of the
+    /// stored object with the same namespace/name.
+    pub fn feed_apply(&self, obj: K) {
+        self.apply(Event::Apply(obj), &mut None);
+    }
+
+    /// Removes `obj` as a watch delete event would; handlers see the last
+    /// stored state (or `obj` when nothing was stored).
+    pub fn feed_delete(&self, obj: K) {
+        self.apply(Event::Delete(obj), &mut None);
+    }
+
     /// True once the watch task has ended without being asked to stop: its
     /// stream ended or a handler panicked. The store then no longer
     /// changes; the controller host reports its controllers unhealthy.

@@ -151,3 +151,25 @@ fn controller_uid_and_namespace_indexes() {
     assert_eq!(inf.store().by_index(BY_NAMESPACE, "b").len(), 1);
     assert!(inf.store().by_index("no-such-index", "b").is_empty());
 }
+
+#[test]
+fn a_fed_informer_is_synced_and_takes_the_watch_path() {
+    let inf = Informer::<Pod>::fed();
+    assert!(inf.has_synced());
+    inf.add_index(BY_NODE_NAME, pod_node_index());
+    let seen = recorder(&inf);
+    assert_eq!(inf.last_resource_version(), None);
+    inf.feed_apply(pod("a", "p1", "7", Some("n1")));
+    inf.feed_apply(pod("a", "p1", "9", Some("n2")));
+    assert_eq!(inf.last_resource_version(), Some(9));
+    let p1 = inf.store().get("a/p1").expect("p1");
+    assert!(p1.metadata.managed_fields.is_none(), "pruned as watched");
+    assert_eq!(inf.store().by_index(BY_NODE_NAME, "n2").len(), 1);
+    inf.feed_delete(pod("a", "p1", "10", Some("n2")));
+    assert!(inf.store().get("a/p1").is_none());
+    assert_eq!(inf.last_resource_version(), Some(10));
+    assert_eq!(
+        *seen.lock(),
+        vec!["add a/p1 7", "update a/p1 7->9", "delete a/p1 9"]
+    );
+}

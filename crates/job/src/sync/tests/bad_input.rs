@@ -1,4 +1,4 @@
-//! Bad input through the pure sync stages (issue 14, "Bad input";
+//! Bad input through the shipped sync over the model world (issue 14, "Bad input";
 //! docs/bad-input.md): hand-edited conditions, corrupted index strings and
 //! annotations, failed pods without container statuses. The same rows run
 //! against the real API server in `crates/job/tests/bad_input.rs`.

@@ -1,7 +1,9 @@
 //! Property tests of the Job controller invariants (perf-reliability-notes
 //! §3c) over random histories: kubelet transitions, user deletions, scale
-//! and suspend changes, clock steps, and syncs that crash part-way, replayed
-//! by the in-memory executor [`World`].
+//! and suspend changes, clock steps, and syncs that crash part-way. Each
+//! sync is the shipped `JobController::sync_job` against the model world
+//! ([`World`]); a crash kills the controller process part-way (every later
+//! write fails) and the next sync runs in a fresh one.
 //!
 //! Checked on every persisted status write:
 //! * exactly-once: a UID leaves `uncountedTerminatedPods` at most once, is
@@ -17,10 +19,12 @@
 //!   `startTime`, no finished Job without `startTime`.
 //!
 //! Checked after syncs: a terminal pod loses its finalizer only once its UID
-//! is persisted (or counted); with a full sync `active <= parallelism` and
-//! `active <= completions - succeeded`; replaying a sync reaches a fixed
-//! point without changing counters. At the end the Job finishes and no pod
-//! keeps the finalizer.
+//! is persisted (or counted); after a sync that did not crash `active <=
+//! parallelism` and `active <= completions - succeeded`; replaying a sync
+//! reaches a fixed point without changing counters; a sync fails exactly
+//! when its process died and starts with its expectations satisfied (both
+//! in [`World::sync`]). At the end the Job finishes and no pod keeps the
+//! finalizer.
 
 use std::collections::{HashMap, HashSet};
 
@@ -54,6 +58,7 @@ fn crash() -> impl Strategy<Value = Crash> {
         1 => Just(Crash::AfterFlush),
         1 => (0usize..4).prop_map(Crash::MidRemoval),
         1 => Just(Crash::BeforeLastWrite),
+        1 => (0usize..3).prop_map(Crash::MidCreation),
     ]
 }
 
@@ -187,18 +192,9 @@ fn finished(w: &World) -> bool {
         .any(|c| (c.0 == "Complete" || c.0 == "Failed") && c.1 == "True")
 }
 
-/// The executor's sync, plus the checks that need the pods before and after.
+/// One sync (the shipped one also runs for a finished Job, and must write
+/// nothing), plus the checks that need the pods before and after.
 fn checked_sync(w: &mut World, c: &mut Checker, crash_: Crash) -> Report {
-    if finished(w) {
-        // The controller does not sync finished Jobs.
-        return Report {
-            work: PodWork::Nothing,
-            writes: Vec::new(),
-            finished: false,
-            events: Vec::new(),
-            action: super::super::ACTION_RECONCILING,
-        };
-    }
     let before: HashMap<String, (String, bool)> = w
         .pods
         .iter()
@@ -233,7 +229,7 @@ fn checked_sync(w: &mut World, c: &mut Checker, crash_: Crash) -> Report {
             _ => {}
         }
     }
-    if crash_ == Crash::None {
+    if !r.crashed {
         let spec = w.job.spec.clone().unwrap_or_default();
         let active = w.pods.iter().filter(|p| is_active(p)).count();
         let active = i32::try_from(active).unwrap_or(i32::MAX);

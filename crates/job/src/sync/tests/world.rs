@@ -1,10 +1,12 @@
-//! The in-memory executor of the sync stages ([`World`]) and builders of
-//! Jobs and pods for the table and property tests. A sync lends the world
-//! as the controller's [`JobPort`] ([`WorldPort`]): its pod and status
-//! writes go through the same port as the real executor's.
+//! The model world ([`World`]): an API server and kubelet in memory, and
+//! the shipped Job controller (`JobController::sync_job`, with its
+//! handlers, expectations and back-off store) running against it through
+//! the world's [`JobPort`] and fed informers (see [`super::server`]). Also
+//! builders of Jobs and pods for the table and property tests.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::executor::block_on;
 use jiff::{SignedDuration, Timestamp};
@@ -13,17 +15,27 @@ use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodCondition, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kcm_runtime::client::Written;
-use kcm_runtime::events::EventType;
+use kcm_runtime::clock::Clock;
+use kcm_runtime::informer::Informer;
 use parking_lot::Mutex;
 use serde_json::json;
 
-use crate::backoff::BackoffRecord;
-use crate::controller::port::{JobPort, Settle, Settled};
-use crate::pods::{JOB_COMPLETION_INDEX, JOB_TRACKING_FINALIZER, is_terminal};
-use crate::sync::manage::{Outcome, PodWork, apply_outcome, pod_work};
-use crate::sync::tracking::{finish, plan};
-use crate::sync::{Config, Input, JobEvent, prepare};
+use super::server::{Server, SyncLog, WorldPort, gone};
+use crate::controller::{JobController, add_indexes};
+use crate::pods::{JOB_COMPLETION_INDEX, JOB_TRACKING_FINALIZER};
+use crate::sync::manage::PodWork;
+use crate::sync::{Config, JobEvent};
+
+/// The one Job of the world.
+const KEY: &str = "ns/j";
+
+/// Complete=True or Failed=True.
+fn is_finished(job: &Job) -> bool {
+    let s = job.status.clone().unwrap_or_default();
+    conditions(&s)
+        .iter()
+        .any(|c| (c.0 == "Complete" || c.0 == "Failed") && c.1 == "True")
+}
 
 pub(crate) const T0: i64 = 1_700_000_000;
 
@@ -112,70 +124,124 @@ pub(crate) fn uid(p: &Pod) -> String {
     p.metadata.uid.clone().unwrap_or_default()
 }
 
-/// What one sync did, as the executor saw it.
+/// What one sync did, as the world's API server saw it.
 #[derive(Debug, Clone)]
 pub(crate) struct Report {
+    /// The pod writes: creations, a removal (finalizer patch, then DELETE)
+    /// or a finishing Job's deletions; `Nothing` without any.
     pub work: PodWork,
     /// Status after each write, in order.
     pub writes: Vec<JobStatus>,
+    /// The sync added the terminal condition.
     pub finished: bool,
+    /// Every event the controller recorded, in order.
     pub events: Vec<JobEvent>,
-    pub action: &'static str,
+    /// The process died part-way (the crash point was reached).
+    pub crashed: bool,
+    /// How long the controller's back-off record holds creations back
+    /// after the sync (None: not at all).
+    pub backoff: Option<Duration>,
 }
 
 impl Report {
+    fn new(log: SyncLog, finished: bool, backoff: Option<Duration>) -> Self {
+        let arcs = |pods: Vec<Pod>| pods.into_iter().map(Arc::new).collect();
+        let work = if !log.created.is_empty() {
+            PodWork::Create(log.created)
+        } else if log.removal {
+            PodWork::Remove(arcs(log.deleted))
+        } else if !log.deleted.is_empty() {
+            PodWork::DeleteActive(arcs(log.deleted))
+        } else {
+            PodWork::Nothing
+        };
+        Report {
+            work,
+            writes: log.writes,
+            finished,
+            events: log.events,
+            crashed: log.dead,
+            backoff,
+        }
+    }
+
+    /// The pods the sync created, as it asked for them.
     pub fn created(&self) -> Vec<Pod> {
         match &self.work {
             PodWork::Create(p) => p.clone(),
             _ => Vec::new(),
         }
     }
+
     pub fn removed(&self) -> Vec<String> {
         match &self.work {
             PodWork::Remove(p) => p.iter().map(|p| uid(p)).collect(),
             _ => Vec::new(),
         }
     }
+
+    /// The reasons of the events, in order.
+    pub fn reasons(&self) -> Vec<&str> {
+        self.events.iter().map(|e| e.reason.as_str()).collect()
+    }
 }
 
-/// Where an aborted sync stops (the controller crashed or lost its lease).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where the controller process dies during a sync: every write from that
+/// point on fails (the API server keeps what landed), and the next sync
+/// runs in a fresh process (empty expectations, back-off records and
+/// caches). Points the sync does not reach do not crash it. The world
+/// tells the points apart by the writes alone (see `Server::dies`): a lone
+/// tracking status write with no finalizer removal counts as the first
+/// flush, so `AfterFlush` and `BeforeLastWrite` let it land.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) enum Crash {
+    #[default]
     None,
-    /// After the pod work, before any status write.
+    /// After the pod work, before any tracking write (status flush or
+    /// finalizer removal of a tracked pod).
     AfterPodWork,
-    /// After the first status write, before finalizer removals.
+    /// After the first tracking status write, before finalizer removals.
     AfterFlush,
-    /// After removing the first `n` finalizers.
+    /// After removing the first `n` finalizers of tracked pods.
     MidRemoval(usize),
-    /// After every finalizer removal, before the last status write.
+    /// After every finalizer removal, before the status write that follows.
     BeforeLastWrite,
+    /// After creating the first `n` pods of the sync's creations.
+    MidCreation(usize),
 }
 
-/// The API server and kubelet in memory: the Job, its pods, and the
-/// controller's back-off record (lost on a crash).
-#[derive(Debug, Clone)]
+/// The API server and kubelet in memory (the Job, its pods, the clock),
+/// and the controller process syncing the Job. Tests edit the fields
+/// between syncs as the user and the kubelet would; a sync feeds those
+/// edits to the controller's informers first.
 pub(crate) struct World {
     pub job: Job,
     pub pods: Vec<Pod>,
-    pub backoff: Option<BackoffRecord>,
     pub now: Timestamp,
     pub next: u32,
     pub config: Config,
+    server: Arc<Mutex<Server>>,
+    /// What the controller's clock reads.
+    clock: Arc<Mutex<Timestamp>>,
+    /// The controller process; None before the first sync and after a crash.
+    process: Option<Arc<JobController<WorldPort>>>,
 }
 
 impl World {
     pub fn new(job: Job) -> Self {
+        let now = Timestamp::constant(T0, 0);
         World {
             job,
             pods: Vec::new(),
-            backoff: None,
-            now: Timestamp::constant(T0, 0),
+            now,
             next: 0,
             config: Config {
                 pod_failure_policy: true,
                 ..Config::default()
             },
+            server: Arc::default(),
+            clock: Arc::new(Mutex::new(now)),
+            process: None,
         }
     }
 
@@ -191,231 +257,78 @@ impl World {
     /// Drops pods that are being deleted and hold no finalizer, unless a
     /// kubelet still has to stop them (bound and not terminal).
     pub fn gc(&mut self) {
-        self.pods.retain(|p| {
-            let gone = p.metadata.deletion_timestamp.is_some()
-                && p.metadata.finalizers.as_ref().is_none_or(Vec::is_empty)
-                && (p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none() || is_terminal(p));
-            !gone
-        });
+        self.pods.retain(|p| !gone(p));
     }
 
-    /// One sync of the Job, as `sync_job` runs it, with every API call
-    /// succeeding and observed at once (expectations always satisfied).
-    /// The writes go through the world's [`JobPort`].
-    pub fn sync(&mut self, crash: Crash) -> Report {
-        let input = Input {
-            job: self.job.clone(),
-            pods: self.pods.iter().cloned().map(Arc::new).collect(),
-            satisfied: true,
-            expected_rm_finalizers: HashSet::new(),
-            stored_backoff: self.backoff,
-            now: self.now,
-            config: self.config,
-        };
-        WorldPort(Mutex::new(self)).sync(input, crash)
-    }
-}
-
-/// The world lent to one sync as the executor's [`JobPort`]: the API
-/// server's half (pods and the Job's status) for the writes it simulates.
-pub(crate) struct WorldPort<'w>(Mutex<&'w mut World>);
-
-impl WorldPort<'_> {
-    fn gc(&self) {
-        self.0.lock().gc();
-    }
-
-    fn lose_backoff(&self) {
-        self.0.lock().backoff = None;
-    }
-
-    /// Every simulated write succeeds.
-    fn must<T>(r: Settle<T>) {
-        assert!(r.is_ok(), "the world refuses no write");
-    }
-
-    fn write(&self, job: &Job, writes: &mut Vec<JobStatus>) {
-        let w = block_on(self.write_status(job));
-        assert!(w.is_ok(), "the world refuses no status write");
-        writes.push(self.0.lock().job.status.clone().unwrap_or_default());
-    }
-
-    fn sync(&self, input: Input, crash: Crash) -> Report {
-        let mut ctx = prepare(input);
-        let work = pod_work(&mut ctx);
-        let mut report_writes = Vec::new();
-        if super::super::tracking::record_success_before_deletes(&mut ctx, &work) {
-            self.write(&ctx.job, &mut report_writes);
-        }
-        let mut outcome = Outcome::default();
-        match &work {
-            PodWork::DeleteActive(pods) => {
-                for p in pods {
-                    Self::must(block_on(self.delete_pod(p)));
-                    outcome.deleted += 1;
-                    outcome.deleted_ready += i32::from(crate::pods::is_ready(p));
-                }
-            }
-            PodWork::Remove(pods) => {
-                for p in pods {
-                    Self::must(block_on(self.remove_finalizer(p)));
-                    Self::must(block_on(self.delete_pod(p)));
-                    outcome.deleted += 1;
-                    outcome.deleted_ready += i32::from(crate::pods::is_ready(p));
-                }
-            }
-            PodWork::Create(pods) => {
-                for p in pods {
-                    Self::must(block_on(self.create_pod(&ctx.job, p)));
-                }
-            }
-            PodWork::Backoff(_) | PodWork::Nothing => {}
-        }
-        self.gc();
-        apply_outcome(&mut ctx, &work, outcome);
-        let events = std::mem::take(&mut ctx.events);
-        let mut report = Report {
-            work: work.clone(),
-            writes: report_writes,
-            finished: false,
-            events,
-            action: ctx.action,
-        };
-        if crash == Crash::AfterPodWork {
-            self.lose_backoff();
-            return report;
-        }
-        let status = ctx.job.status.get_or_insert_with(JobStatus::default);
-        let needs_flush = ctx.suspend_changed
-            || ctx.active != status.active.unwrap_or(0)
-            || Some(ctx.ready) != status.ready
-            || Some(ctx.terminating) != status.terminating;
-        status.active = (ctx.active != 0).then_some(ctx.active);
-        status.ready = Some(ctx.ready);
-        status.terminating = Some(ctx.terminating);
-        let mut tracking = plan(&mut ctx, needs_flush);
-        if tracking.flush {
-            self.write(&ctx.job, &mut report.writes);
-            self.0.lock().backoff = Some(ctx.new_backoff);
-        }
-        if crash == Crash::AfterFlush {
-            self.lose_backoff();
-            return report;
-        }
-        let mut removed = HashSet::new();
-        for (n, p) in tracking.remove_finalizers.iter().enumerate() {
-            if crash == Crash::MidRemoval(n) {
-                self.gc();
-                self.lose_backoff();
-                return report;
-            }
-            Self::must(block_on(self.remove_finalizer(p)));
-            removed.insert(uid(p));
-        }
-        self.gc();
-        if crash == Crash::BeforeLastWrite {
-            self.lose_backoff();
-            return report;
-        }
-        let fin = finish(&mut ctx, &mut tracking, &removed, false);
-        if fin.flush {
-            self.write(&ctx.job, &mut report.writes);
-        }
-        report.finished = fin.finished;
-        report
-    }
-}
-
-/// The world's pod, or Moot when it is gone (as NotFound is for the API).
-fn with_pod<T>(w: &mut World, pod: &Pod, f: impl FnOnce(&mut Pod, Timestamp) -> T) -> Settle<T> {
-    let now = w.now;
-    let uid_ = uid(pod);
-    Ok(
-        match w
-            .pods
-            .iter_mut()
-            .find(|p| p.metadata.uid.as_deref() == Some(uid_.as_str()))
+    /// The running controller, or a fresh one (a new process: informers
+    /// fed from scratch, handlers registered as in KCM).
+    fn process(&mut self) -> Arc<JobController<WorldPort>> {
+        if let Some(p) = &self.process
+            && p.config == self.config
         {
-            Some(p) => Settled::Written(f(p, now)),
-            None => Settled::Moot,
-        },
-    )
-}
-
-impl JobPort for WorldPort<'_> {
-    async fn create_pod(&self, _job: &Job, pod: &Pod) -> Settle<Written> {
-        let mut w = self.0.lock();
-        let mut p = pod.clone();
-        w.next += 1;
-        let id = format!("p{}", w.next);
-        p.metadata.name = Some(id.clone());
-        p.metadata.uid = Some(id.clone());
-        p.metadata.creation_timestamp = Some(Time(w.now));
-        p.status = Some(PodStatus {
-            phase: Some("Pending".into()),
-            ..Default::default()
-        });
-        w.pods.push(p);
-        let mut written = Written::default();
-        written.metadata.name = Some(id);
-        Ok(Settled::Written(written))
+            return Arc::clone(p);
+        }
+        self.server.lock().forget_fed();
+        let jobs = Arc::new(Informer::<Job>::fed());
+        let pods = Arc::new(Informer::<Pod>::fed());
+        add_indexes(&jobs, &pods);
+        let port = WorldPort {
+            server: Arc::clone(&self.server),
+            jobs: Arc::clone(&jobs),
+            pods: Arc::clone(&pods),
+        };
+        let now = Arc::clone(&self.clock);
+        let clock = Clock::from_fn(move || *now.lock());
+        let jc = Arc::new(JobController::new(port, jobs, pods, self.config, clock));
+        jc.register();
+        self.process = Some(Arc::clone(&jc));
+        jc
     }
 
-    async fn delete_pod(&self, pod: &Pod) -> Settle<()> {
-        with_pod(&mut self.0.lock(), pod, |p, now| {
-            if p.metadata.deletion_timestamp.is_none() {
-                p.metadata.deletion_timestamp = Some(Time(now));
-            }
-        })
+    /// How long the controller's back-off record holds creations back now.
+    fn backoff_wait(&self) -> Option<Duration> {
+        let record = self.process.as_ref()?.backoff.get(KEY)?;
+        Some(crate::backoff::remaining_time(&record, self.now)).filter(|d| !d.is_zero())
     }
 
-    async fn remove_finalizer(&self, pod: &Pod) -> Settle<Written> {
-        with_pod(&mut self.0.lock(), pod, |p, _| {
-            if let Some(f) = p.metadata.finalizers.as_mut() {
-                f.retain(|x| x != JOB_TRACKING_FINALIZER);
-            }
-            Written::default()
-        })
+    /// One run of the shipped `sync_job` for the Job, the world lent to it
+    /// as the API server; every write is observed at once, so expectations
+    /// are always satisfied when a sync starts. `crash` kills the process
+    /// part-way (see [`Crash`]).
+    pub fn sync(&mut self, crash: Crash) -> Report {
+        let jc = self.process();
+        *self.clock.lock() = self.now;
+        {
+            let mut s = self.server.lock();
+            s.job = std::mem::take(&mut self.job);
+            s.pods = std::mem::take(&mut self.pods);
+            (s.now, s.next, s.crash) = (self.now, self.next, crash);
+            s.log = SyncLog::default();
+        }
+        jc.port.publish();
+        assert!(
+            jc.expectations.satisfied(KEY),
+            "an API call of the last sync was not observed"
+        );
+        let was_finished = is_finished(&self.server.lock().job);
+        let result = block_on(jc.sync_job(KEY));
+        let log = {
+            let mut s = self.server.lock();
+            self.job = std::mem::take(&mut s.job);
+            self.pods = std::mem::take(&mut s.pods);
+            self.next = s.next;
+            std::mem::take(&mut s.log)
+        };
+        // The world refuses nothing else: a sync fails exactly when its
+        // process died.
+        assert_eq!(result.is_err(), log.dead, "{result:?}");
+        if log.dead {
+            // The process is gone; the world keeps what was written.
+            self.process = None;
+        }
+        let finished = !was_finished && is_finished(&self.job);
+        Report::new(log, finished, self.backoff_wait())
     }
-
-    async fn adopt_pod(&self, job: &Job, pod: &Pod) -> Settle<Written> {
-        with_pod(&mut self.0.lock(), pod, |p, _| {
-            p.metadata
-                .owner_references
-                .get_or_insert_with(Vec::new)
-                .push(crate::sync::manage::controller_ref(job));
-            p.metadata
-                .finalizers
-                .get_or_insert_with(Vec::new)
-                .push(JOB_TRACKING_FINALIZER.into());
-            Written::default()
-        })
-    }
-
-    async fn release_pod(&self, job: &Job, pod: &Pod) -> Settle<Written> {
-        with_pod(&mut self.0.lock(), pod, |p, _| {
-            if let Some(refs) = p.metadata.owner_references.as_mut() {
-                refs.retain(|r| Some(&r.uid) != job.metadata.uid.as_ref());
-            }
-            if let Some(f) = p.metadata.finalizers.as_mut() {
-                f.retain(|x| x != JOB_TRACKING_FINALIZER);
-            }
-            Written::default()
-        })
-    }
-
-    /// Only the status is written, as through the status subresource.
-    async fn write_status(&self, job: &Job) -> Result<Written, kube::Error> {
-        self.0.lock().job.status = job.status.clone();
-        Ok(Written::default())
-    }
-
-    async fn read_job(&self, _job: &Job) -> Result<Option<Job>, kube::Error> {
-        Ok(Some(self.0.lock().job.clone()))
-    }
-
-    /// The stages' events are checked in [`Report::events`].
-    fn event(&self, _job: &Job, _type: EventType, _reason: &str, _message: String) {}
 }
 
 pub(crate) fn conditions(s: &JobStatus) -> Vec<(String, String, String)> {
