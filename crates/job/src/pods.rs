@@ -4,6 +4,7 @@
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 /// The finalizer that keeps a pod until the controller has counted it.
 pub const JOB_TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
@@ -18,6 +19,34 @@ pub const JOB_INDEX_IGNORED_FAILURE_COUNT: &str =
 pub const JOB_CONTROLLER_NAME: &str = "kubernetes.io/job-controller";
 /// Env var carrying the completion index into Indexed pods.
 pub const JOB_COMPLETION_INDEX_ENV: &str = "JOB_COMPLETION_INDEX";
+
+/// The pod's controller ownerReference, if any.
+pub fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
+    pod.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.controller == Some(true))
+}
+
+/// Complete=True or Failed=True.
+pub fn is_finished(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+        })
+}
+
+/// The foreign controller named in `spec.managedBy`, if any.
+pub fn managed_by_other(job: &Job) -> Option<&str> {
+    job.spec
+        .as_ref()
+        .and_then(|s| s.managed_by.as_deref())
+        .filter(|m| *m != JOB_CONTROLLER_NAME)
+}
 
 /// Phase of a pod, "" when unset.
 pub fn phase(pod: &Pod) -> &str {

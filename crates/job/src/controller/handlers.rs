@@ -14,35 +14,10 @@ use super::port::JobPort;
 use super::{JobController, OrphanKey, SYNC_JOB_BATCH_PERIOD};
 use crate::metrics::metrics;
 use crate::pod_failure_policy::{Action, effective_policy, match_pod_failure_policy};
-use crate::pods::{JOB_CONTROLLER_NAME, has_tracking_finalizer, is_terminal, phase};
+use crate::pods::{has_tracking_finalizer, is_terminal, phase};
 use crate::selector;
 
-pub fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
-    pod.metadata
-        .owner_references
-        .as_ref()?
-        .iter()
-        .find(|r| r.controller == Some(true))
-}
-
-/// Complete=True or Failed=True.
-pub fn is_finished(job: &Job) -> bool {
-    job.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
-        })
-}
-
-/// The foreign controller named in `spec.managedBy`, if any.
-pub fn managed_by_other(job: &Job) -> Option<&str> {
-    job.spec
-        .as_ref()
-        .and_then(|s| s.managed_by.as_deref())
-        .filter(|m| *m != JOB_CONTROLLER_NAME)
-}
+pub use crate::pods::{controller_of, is_finished, managed_by_other};
 
 fn terminal_with_finalizer(p: Option<&Pod>) -> bool {
     p.is_some_and(|p| is_terminal(p) && has_tracking_finalizer(p))

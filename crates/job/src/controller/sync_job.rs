@@ -11,10 +11,9 @@ use tracing::Instrument;
 
 use super::JobController;
 use super::consistency::Resource;
-use super::handlers::{is_finished, managed_by_other};
 use super::port::{JobPort, Settled, fan_out};
 use crate::metrics::{self, metrics};
-use crate::pods::is_indexed;
+use crate::sync::decide::{self, Guard, guard};
 use crate::sync::manage::{apply_outcome, pod_work};
 use crate::sync::tracking::{self, Tracking};
 use crate::sync::{ACTION_RECONCILING, Input, JobCtx, prepare};
@@ -39,11 +38,6 @@ pub enum SyncError {
 
 pub(super) fn name_of(p: &Pod) -> String {
     p.metadata.name.clone().unwrap_or_default()
-}
-
-/// Counters as the API stores them: int32 omitempty, so 0 is absent.
-fn omit_zero(v: i32) -> Option<i32> {
-    (v != 0).then_some(v)
 }
 
 impl<P: JobPort> JobController<P> {
@@ -78,40 +72,39 @@ impl<P: JobPort> JobController<P> {
                 .inc();
             return Err(stale.into());
         }
-        let Some(shared) = self.jobs.store().get(key) else {
-            self.rw.forget(key, None);
-            self.expectations.delete_expectations(key);
-            self.finalizer_expectations.delete_expectations(key);
-            self.backoff.remove(key);
+        let shared = self.jobs.store().get(key);
+        let uid = shared
+            .as_ref()
+            .and_then(|j| j.metadata.uid.clone())
+            .unwrap_or_default();
+        let marked_finished = self.finished_jobs.lock().contains(&uid);
+        match guard(shared.as_deref(), marked_finished) {
+            Guard::Gone => {
+                self.rw.forget(key, None);
+                self.expectations.delete_expectations(key);
+                self.finalizer_expectations.delete_expectations(key);
+                self.backoff.remove(key);
+                return Ok(());
+            }
+            Guard::Finished => {
+                self.rw.forget(key, Some(&uid));
+                self.backoff.remove(key);
+                self.finished_jobs.lock().remove(&uid);
+                return Ok(());
+            }
+            Guard::UnknownCompletionMode(e) => {
+                if let Some(job) = &shared {
+                    self.event(job, e.warning, &e.reason, e.message);
+                }
+                return Ok(());
+            }
+            Guard::ManagedElsewhere | Guard::AwaitingFinishedUpdate => return Ok(()),
+            Guard::Sync => {}
+        }
+        let Some(shared) = shared else {
             return Ok(());
         };
-        if managed_by_other(&shared).is_some() {
-            return Ok(());
-        }
-        let uid = shared.metadata.uid.clone().unwrap_or_default();
-        if is_finished(&shared) {
-            self.rw.forget(key, Some(&uid));
-            self.backoff.remove(key);
-            self.finished_jobs.lock().remove(&uid);
-            return Ok(());
-        }
-        if self.finished_jobs.lock().contains(&uid) {
-            return Ok(());
-        }
-        if crate::pods::unknown_completion_mode(&shared).is_some() {
-            self.event(
-                &shared,
-                true,
-                "UnknownCompletionMode",
-                "Skipped Job sync because completion mode is unknown",
-            );
-            return Ok(());
-        }
-        let mode = if is_indexed(&shared) {
-            "Indexed"
-        } else {
-            "NonIndexed"
-        };
+        let mode = decide::mode(&shared);
         let span = tracing::info_span!("sync", job = %key);
         let (action, result) = self
             .sync_inner(key, ns, name, (*shared).clone())
@@ -159,14 +152,7 @@ impl<P: JobPort> JobController<P> {
         for e in std::mem::take(&mut ctx.events) {
             self.event(&ctx.job, e.warning, &e.reason, e.message);
         }
-        let status = ctx.job.status.get_or_insert_with(JobStatus::default);
-        let needs_flush = ctx.suspend_changed
-            || ctx.active != status.active.unwrap_or(0)
-            || Some(ctx.ready) != status.ready
-            || Some(ctx.terminating) != status.terminating;
-        status.active = omit_zero(ctx.active);
-        status.ready = Some(ctx.ready);
-        status.terminating = Some(ctx.terminating);
+        let needs_flush = decide::set_counts(&mut ctx);
         let action = ctx.action;
         if let Some(after) = ctx.requeue_after {
             self.queue.add_after(key.to_string(), after);
@@ -198,46 +184,19 @@ impl<P: JobPort> JobController<P> {
     }
 
     fn record_pods_finished(&self, ctx: &JobCtx, old: &JobStatus) {
-        let job = &ctx.job;
-        let new = job.status.clone().unwrap_or_default();
-        let mode = if is_indexed(job) {
-            "Indexed"
-        } else {
-            "NonIndexed"
-        };
+        let d = decide::pods_finished(&ctx.job, old);
         let m = metrics();
-        let succeeded_delta = if is_indexed(job) {
-            let c = crate::pods::completions(job);
-            let count = |s: &Option<String>| {
-                s.as_deref()
-                    .map_or(0, |s| crate::indexes::OrderedIntervals::parse(s, c).total())
-            };
-            let per_index = job
-                .spec
-                .as_ref()
-                .is_some_and(|s| s.backoff_limit_per_index.is_some());
-            let label = if per_index { "perIndex" } else { "global" };
-            let d = count(&new.completed_indexes) - count(&old.completed_indexes);
+        for (result, label, n) in &d.indexes {
             m.finished_indexes
-                .with_label_values(&["succeeded", label])
-                .inc_by(u64::try_from(d.max(0)).unwrap_or(0));
-            let fd = count(&new.failed_indexes) - count(&old.failed_indexes);
-            if per_index && fd > 0 {
-                m.finished_indexes
-                    .with_label_values(&["failed", label])
-                    .inc_by(u64::try_from(fd).unwrap_or(0));
-            }
-            d
-        } else {
-            new.succeeded.unwrap_or(0) - old.succeeded.unwrap_or(0)
-        };
-        let failed_delta = new.failed.unwrap_or(0) - old.failed.unwrap_or(0);
+                .with_label_values(&[result, label])
+                .inc_by(*n);
+        }
         m.pods_finished
-            .with_label_values(&[mode, "succeeded"])
-            .inc_by(u64::try_from(succeeded_delta.max(0)).unwrap_or(0));
+            .with_label_values(&[d.mode, "succeeded"])
+            .inc_by(d.succeeded);
         m.pods_finished
-            .with_label_values(&[mode, "failed"])
-            .inc_by(u64::try_from(failed_delta.max(0)).unwrap_or(0));
+            .with_label_values(&[d.mode, "failed"])
+            .inc_by(d.failed);
     }
 
     /// Upstream trackJobStatusAndRemoveFinalizers.
@@ -287,44 +246,17 @@ impl<P: JobPort> JobController<P> {
     }
 
     fn job_finished(&self, ctx: &JobCtx) {
-        let Some(f) = ctx.finished.as_ref() else {
+        let Some(f) = decide::finished(ctx) else {
             return;
         };
-        let job = &ctx.job;
-        let mode = if is_indexed(job) {
-            "Indexed"
-        } else {
-            "NonIndexed"
-        };
-        let reason = f.reason.clone().unwrap_or_default();
-        if f.type_ == "Complete" {
-            let succeeded = job.status.as_ref().and_then(|s| s.succeeded).unwrap_or(0);
-            if job
-                .spec
-                .as_ref()
-                .and_then(|s| s.completions)
-                .is_some_and(|c| succeeded > c)
-            {
-                self.event(
-                    job,
-                    true,
-                    "TooManySucceededPods",
-                    "Too many succeeded pods running after completion count reached",
-                );
-            }
-            self.event(job, false, "Completed", "Job completed");
-            metrics()
-                .jobs_finished
-                .with_label_values(&[mode, "succeeded", &reason])
-                .inc();
-        } else {
-            self.event(job, true, &reason, f.message.clone().unwrap_or_default());
-            metrics()
-                .jobs_finished
-                .with_label_values(&[mode, "failed", &reason])
-                .inc();
+        for e in f.events {
+            self.event(&ctx.job, e.warning, &e.reason, e.message);
         }
-        if let Some(uid) = job.metadata.uid.clone() {
+        metrics()
+            .jobs_finished
+            .with_label_values(&[f.mode, f.result, &f.reason])
+            .inc();
+        if let Some(uid) = ctx.job.metadata.uid.clone() {
             self.finished_jobs.lock().insert(uid);
         }
     }

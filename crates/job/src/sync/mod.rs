@@ -15,6 +15,7 @@
 //! `uncountedTerminatedPods` before finalizers are removed, `FailureTarget`
 //! before `Failed`, `SuccessCriteriaMet` before `Complete`.
 
+pub mod decide;
 pub mod manage;
 pub mod prepare;
 pub mod profile;
