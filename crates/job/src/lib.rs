@@ -2,8 +2,10 @@
 //!
 //! Layout and data flow: `controller/` is the executor (informer handlers,
 //! work queues, `sync_job`, claiming, pod and finalizer writes); each sync
-//! runs the pure stages of `sync/` (prepare → manage → tracking) over a
-//! snapshot of the Job and its pods, then performs what they decided
+//! runs the pure functions of `sync/` over a snapshot of the Job, its pods
+//! and `now` (`decide`: the guards and which pods to claim; the stages
+//! prepare → manage → tracking; `decide` again: the counts flush, the
+//! finish events and the metric deltas), then performs what they decided
 //! through one write port, `controller::port::JobPort` (pod create, delete,
 //! finalizer removal, adopt, release, status write, events; `ApiPort` over
 //! the API server), which also owns the "NotFound means done" rule and the
