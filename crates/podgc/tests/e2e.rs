@@ -6,7 +6,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kcm_e2e::history::{PodHistory, Seen, has_condition};
@@ -34,53 +34,27 @@ fn condition_before_delete(h: &PodHistory, name: &str) -> bool {
 
 #[tokio::test]
 async fn orphans_and_terminating_pods() {
-    let cp = ControlPlane::start().expect("control plane");
-    let client = cp.client().await.expect("client");
-    let ns = TestNamespace::create(&client, "orphan").await.expect("ns");
-    let history = PodHistory::start(&client, &ns.name).await;
-    let scenario = scenarios::orphans_and_terminating(&client, &ns.name).await;
-    let started = Instant::now();
-    let _gc = start_ours(&cp, fast(12_500), FeatureGates::default()).await;
-    let out = scenarios::observe(
-        &client,
-        &ns.name,
-        &history,
-        &scenario,
-        Duration::from_secs(2),
-    )
-    .await;
-    scenarios::expect_orphans_and_terminating(&out);
-    let took = started.elapsed();
+    let setup = |c: kube::Client, ns: String| async move {
+        scenarios::orphans_and_terminating(&c, &ns).await
+    };
+    let run = support::run(false, 12_500, setup).await;
+    scenarios::expect_orphans_and_terminating(&run.outcomes);
     assert!(
-        took >= Duration::from_secs(2),
-        "quarantine respected: {took:?}"
+        run.took >= Duration::from_secs(2),
+        "quarantine respected: {:?}",
+        run.took
     );
     assert!(
-        condition_before_delete(&history, "orphan-running"),
+        condition_before_delete(&run.history, "orphan-running"),
         "{:#?}",
-        history.of("orphan-running")
+        run.history.of("orphan-running")
     );
 }
 
 #[tokio::test]
 async fn terminated_pods_over_threshold_oldest_first() {
-    let cp = ControlPlane::start().expect("control plane");
-    let client = cp.client().await.expect("client");
-    let ns = TestNamespace::create(&client, "threshold")
-        .await
-        .expect("ns");
-    let history = PodHistory::start(&client, &ns.name).await;
-    let scenario = scenarios::threshold(&client, &ns.name).await;
-    let _gc = start_ours(&cp, fast(2), FeatureGates::default()).await;
-    let out = scenarios::observe(
-        &client,
-        &ns.name,
-        &history,
-        &scenario,
-        Duration::from_secs(2),
-    )
-    .await;
-    scenarios::expect_threshold(&out);
+    let setup = |c: kube::Client, ns: String| async move { scenarios::threshold(&c, &ns).await };
+    scenarios::expect_threshold(&support::run(false, 2, setup).await.outcomes);
 }
 
 #[tokio::test]

@@ -149,13 +149,7 @@ pub fn normalize_message(msg: &str, ns: &str) -> String {
 }
 
 pub fn finished(job: &Job) -> bool {
-    job.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
-        })
+    kcm_job::pods::is_finished(job)
 }
 
 /// Plays the kubelet: every pending pod of the Job gets `decide(pod)`:
