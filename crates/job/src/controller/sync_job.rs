@@ -78,31 +78,26 @@ impl<P: JobPort> JobController<P> {
             .and_then(|j| j.metadata.uid.clone())
             .unwrap_or_default();
         let marked_finished = self.finished_jobs.lock().contains(&uid);
-        match guard(shared.as_deref(), marked_finished) {
-            Guard::Gone => {
+        let shared = match (guard(shared.as_deref(), marked_finished), shared) {
+            (Guard::Sync, Some(job)) => job,
+            (Guard::Gone, _) => {
                 self.rw.forget(key, None);
                 self.expectations.delete_expectations(key);
                 self.finalizer_expectations.delete_expectations(key);
                 self.backoff.remove(key);
                 return Ok(());
             }
-            Guard::Finished => {
+            (Guard::Finished, _) => {
                 self.rw.forget(key, Some(&uid));
                 self.backoff.remove(key);
                 self.finished_jobs.lock().remove(&uid);
                 return Ok(());
             }
-            Guard::UnknownCompletionMode(e) => {
-                if let Some(job) = &shared {
-                    self.event(job, e.warning, &e.reason, e.message);
-                }
+            (Guard::UnknownCompletionMode(e), Some(job)) => {
+                self.event(&job, e.warning, &e.reason, e.message);
                 return Ok(());
             }
-            Guard::ManagedElsewhere | Guard::AwaitingFinishedUpdate => return Ok(()),
-            Guard::Sync => {}
-        }
-        let Some(shared) = shared else {
-            return Ok(());
+            _ => return Ok(()),
         };
         let mode = decide::mode(&shared);
         let span = tracing::info_span!("sync", job = %key);

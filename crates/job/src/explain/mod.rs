@@ -31,7 +31,7 @@ use serde::Serialize;
 use crate::backoff::finished_time;
 use crate::indexes;
 use crate::pod_failure_policy::{Action, effective_policy, match_pod_failure_policy};
-use crate::pods::{index_failure_count, is_indexed, is_pod_failed, phase};
+use crate::pods::{index_failure_count, is_pod_failed, phase};
 use crate::sync::Config;
 use crate::sync::prepare::{counts_as_failure, verdict as verdict_of};
 
@@ -269,12 +269,7 @@ pub fn explain(req: &Request<'_>) -> Explanation {
     });
     Explanation {
         job: format!("{}/{}", ns(job), job.metadata.name.as_deref().unwrap_or("")),
-        completion_mode: if is_indexed(job) {
-            "Indexed"
-        } else {
-            "NonIndexed"
-        }
-        .into(),
+        completion_mode: crate::sync::decide::mode(job).into(),
         budgets: budgets(job),
         policy_applied: effective_policy(job, config.pod_failure_policy).is_some(),
         rules: rule_texts(job),

@@ -105,6 +105,17 @@ impl Side {
         }
     }
 
+    /// The next `method` request whose path contains `path` gets `fault`.
+    fn fault_once(&self, method: &str, path: &str, fault: Fault) {
+        self.proxy.script(Script {
+            method: method.into(),
+            path_contains: path.into(),
+            fault,
+            when: When::Before,
+            times: 1,
+        });
+    }
+
     /// Waits until every scripted fault was injected.
     async fn until_injected(&self, what: &str) {
         let began = Instant::now();
@@ -146,13 +157,7 @@ async fn replacement_after_unobserved_creation(upstream: bool) -> usize {
     let s = side(upstream).await;
     // Hold the controller's pod watch back: cut every connection and stall
     // the pod list or watch that replaces the cut one.
-    s.proxy.script(Script {
-        method: "GET".into(),
-        path_contains: "/api/v1/pods?".into(),
-        fault: Fault::Stall,
-        when: When::Before,
-        times: 1,
-    });
+    s.fault_once("GET", "/api/v1/pods?", Fault::Stall);
     s.proxy.cut(true);
     tokio::time::sleep(Duration::from_millis(300)).await;
     s.proxy.cut(false);
@@ -169,13 +174,7 @@ async fn replacement_after_unobserved_creation(upstream: bool) -> usize {
     )
     .await;
     // Occupy the only worker: the next pod creation stalls.
-    s.proxy.script(Script {
-        method: "POST".into(),
-        path_contains: format!("/namespaces/{}/pods", s.ns),
-        fault: Fault::Stall,
-        when: When::Before,
-        times: 1,
-    });
+    s.fault_once("POST", &format!("/namespaces/{}/pods", s.ns), Fault::Stall);
     s.jobs
         .create(&pp, &one_pod_job("blocker"))
         .await
@@ -231,13 +230,7 @@ async fn finalizer_left_after_failed_sweep(upstream: bool) -> bool {
     })
     .await
     .unwrap_or_else(|e| panic!("{}: {e}", s.who()));
-    s.proxy.script(Script {
-        method: "PATCH".into(),
-        path_contains: format!("/pods/{name}"),
-        fault: Fault::InternalError,
-        when: When::Before,
-        times: 1,
-    });
+    s.fault_once("PATCH", &format!("/pods/{name}"), Fault::InternalError);
     s.jobs
         .delete("swept", &DeleteParams::background())
         .await
