@@ -6,13 +6,12 @@
 
 mod support;
 
-// Scripted scenarios (d12-d24): checkpoints along the way must match too.
+// Scripted scenarios (d12-d32): checkpoints along the way must match too;
+// d12-d24 are the shared scenarios the e2e suite also plays (scenarios.rs).
 #[path = "differential/cleanup.rs"]
 mod cleanup;
-#[path = "differential/lifecycle.rs"]
-mod lifecycle;
-#[path = "differential/pods.rs"]
-mod pods;
+#[path = "differential/scenarios.rs"]
+mod scenarios;
 #[path = "differential/versions.rs"]
 mod versions;
 

@@ -1,6 +1,8 @@
-//! Job lifecycle against the real API server: a controller restart in the
-//! middle of a Job, deletion while pods run, suspend and resume, and Jobs
-//! managed by another controller.
+//! Job lifecycle against the real API server, beyond the shared scenarios
+//! (`scenarios.rs`: restart mid-Job, deletion while pods run, ...): suspend
+//! and resume seen through the pod history and events, the external
+//! controller metric of `managedBy`, and a sweep whose finalizer removal
+//! fails.
 
 mod support;
 
@@ -50,102 +52,6 @@ async fn patch_spec(jobs: &Api<Job>, name: &str, spec: serde_json::Value) {
     )
     .await
     .expect("patch job");
-}
-
-/// Stop kcm-rs while pods run, finish some pods while it is down, start a
-/// new instance: every pod is counted exactly once and no finalizer stays.
-#[tokio::test]
-async fn restart_mid_job_counts_each_pod_once() {
-    let e = env().await;
-    let first = ours(&e.cp, FeatureGates::default()).await;
-    e.jobs
-        .create(
-            &PostParams::default(),
-            &job("rs", json!({"completions": 4, "parallelism": 3})),
-        )
-        .await
-        .expect("create");
-    wait_pods(&e.pods, "rs", "3 pods", |ps| ps.len() == 3).await;
-    run_pending(&e.pods, "rs").await;
-    wait_job(&e.jobs, "rs", "ready 3", |j| {
-        j.status.as_ref().and_then(|s| s.ready) == Some(3)
-    })
-    .await;
-    drop(first);
-    // Let the old instance's workers and watches wind down.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let ps = job_pods(&e.pods, "rs").await;
-    kcm_e2e::kubelet::finish_pod(&e.pods, &name(&ps[0]), 0)
-        .await
-        .expect("finish");
-    kcm_e2e::kubelet::finish_pod(&e.pods, &name(&ps[1]), 1)
-        .await
-        .expect("finish");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    // Nothing counted the finished pods while the controller was down.
-    let j = e.jobs.get("rs").await.expect("job");
-    assert_eq!(outcome(&j).succeeded + outcome(&j).failed, 0);
-    assert!(job_pods(&e.pods, "rs").await.iter().all(has_tracking));
-
-    let _second = ours(&e.cp, FeatureGates::default()).await;
-    // The pod left running finishes after the restart; `drive` handles the
-    // replacements.
-    kcm_e2e::kubelet::finish_pod(&e.pods, &name(&ps[2]), 0)
-        .await
-        .expect("finish");
-    let done = drive(&e.jobs, &e.pods, "rs", Duration::from_secs(50), |_, _| {
-        Some(0)
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let o = outcome(&e.jobs.get("rs").await.expect("job"));
-    assert_eq!(
-        (o.succeeded, o.failed),
-        (4, 1),
-        "{o:#?} / {:#?}",
-        done.status
-    );
-    assert!(o.uncounted_empty && o.active == 0);
-    let ps = job_pods(&e.pods, "rs").await;
-    // 3 first pods, one replacement for the failure, one more completion.
-    assert_eq!(ps.len(), 5, "pods created");
-    wait_pods(&e.pods, "rs", "finalizers gone", |ps| {
-        ps.iter().all(|p| !has_tracking(p))
-    })
-    .await;
-}
-
-/// Background deletion while pods run: no garbage collector here, so the
-/// pods stay, but each one loses the tracking finalizer.
-#[tokio::test]
-async fn deleted_job_releases_every_finalizer() {
-    let e = env().await;
-    let _c = ours(&e.cp, FeatureGates::default()).await;
-    e.jobs
-        .create(
-            &PostParams::default(),
-            &job("del", json!({"completions": 5, "parallelism": 3})),
-        )
-        .await
-        .expect("create");
-    wait_pods(&e.pods, "del", "3 pods", |ps| ps.len() == 3).await;
-    run_pending(&e.pods, "del").await;
-    // One pod finished but not yet counted when the Job goes away.
-    let ps = job_pods(&e.pods, "del").await;
-    kcm_e2e::kubelet::finish_pod(&e.pods, &name(&ps[0]), 0)
-        .await
-        .expect("finish");
-    e.jobs
-        .delete("del", &DeleteParams::background())
-        .await
-        .expect("delete");
-    let ps = wait_pods(&e.pods, "del", "no tracking finalizer", |ps| {
-        ps.len() >= 3 && ps.iter().all(|p| !has_tracking(p))
-    })
-    .await;
-    // Nothing recreated pods for the deleted Job.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(job_pods(&e.pods, "del").await.len(), ps.len());
 }
 
 /// Created suspended: no pods, Suspended=True, event; resume: pods,

@@ -1,6 +1,7 @@
 //! How the Job controller manages pods, against the real API server:
-//! podReplacementPolicy, elastic Indexed Jobs, parallelism changes and slow
-//! start, the pod-failure back-off, and adoption / release of pods.
+//! parallelism changes and slow start, and the pod-failure back-off.
+//! podReplacementPolicy, elastic Indexed Jobs and adoption / release are
+//! shared scenarios (`scenarios.rs`).
 
 mod support;
 
@@ -11,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::FeatureGates;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use support::*;
@@ -38,127 +39,6 @@ async fn env() -> Env {
         _cp: cp,
         _c: c,
     }
-}
-
-fn index(p: &Pod) -> i32 {
-    p.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("batch.kubernetes.io/job-completion-index"))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(-1)
-}
-
-/// Deletes a running pod (it stays, terminating, on its finalizer) and
-/// returns what was seen ~12 s later: (replacement created, failed count).
-async fn delete_running_pod(e: &Env, name_: &str, policy: &str) -> (Vec<Pod>, Job) {
-    e.jobs
-        .create(
-            &PostParams::default(),
-            &job(
-                name_,
-                json!({"completions": 1, "parallelism": 1, "podReplacementPolicy": policy}),
-            ),
-        )
-        .await
-        .expect("create");
-    let ps = wait_pods(&e.pods, name_, "1 pod", |ps| ps.len() == 1).await;
-    run_pending(&e.pods, name_).await;
-    e.pods
-        .delete(&name(&ps[0]), &DeleteParams::default())
-        .await
-        .expect("delete pod");
-    // Longer than the 10 s failure back-off.
-    tokio::time::sleep(Duration::from_secs(12)).await;
-    let ps = job_pods(&e.pods, name_).await;
-    let j = e.jobs.get(name_).await.expect("job");
-    (ps, j)
-}
-
-/// TerminatingOrFailed: the deleted pod is a failure at once and is
-/// replaced without waiting for its phase.
-#[tokio::test]
-async fn terminating_or_failed_replaces_deleted_pod() {
-    let e = env().await;
-    let (ps, j) = delete_running_pod(&e, "tof", "TerminatingOrFailed").await;
-    let o = outcome(&j);
-    assert_eq!(o.failed, 1, "deleted pod counted as failed: {o:#?}");
-    assert_eq!(o.active, 1, "{o:#?}");
-    let active: Vec<&Pod> = ps.iter().filter(|p| is_active(p)).collect();
-    assert_eq!(active.len(), 1, "replacement created: {ps:#?}");
-    // The old pod lost its finalizer (and, unscheduled, is gone).
-    assert!(ps.iter().all(|p| is_active(p) || !has_tracking(p)));
-}
-
-/// Failed: the replacement waits until the terminating pod is Failed.
-#[tokio::test]
-async fn failed_policy_waits_for_terminal_phase() {
-    let e = env().await;
-    let (ps, j) = delete_running_pod(&e, "onlyf", "Failed").await;
-    let o = outcome(&j);
-    assert_eq!(ps.len(), 1, "no replacement while terminating: {ps:#?}");
-    assert_eq!((o.failed, o.active, o.terminating), (0, 0, 1), "{o:#?}");
-    assert!(has_tracking(&ps[0]));
-    // The kubelet stops it; it finished 30 s ago so no back-off applies.
-    let long_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(30);
-    let update = kcm_e2e::kubelet::PodStatusUpdate::default()
-        .phase("Failed")
-        .containers(vec![kcm_e2e::kubelet::terminated("main", 137, long_ago)]);
-    kcm_e2e::kubelet::update_pod_status(&e.pods, &name(&ps[0]), &update)
-        .await
-        .expect("fail pod");
-    let j = wait_job(&e.jobs, "onlyf", "replacement", |j| {
-        let o = outcome(j);
-        (o.failed, o.active, o.terminating) == (1, 1, 0)
-    })
-    .await;
-    assert!(outcome(&j).uncounted_empty);
-}
-
-/// Indexed with completions == parallelism scaled down: pods with index >=
-/// the new completions are removed and never counted.
-#[tokio::test]
-async fn elastic_indexed_scale_down() {
-    let e = env().await;
-    e.jobs
-        .create(
-            &PostParams::default(),
-            &job(
-                "el",
-                json!({"completions": 5, "parallelism": 5, "completionMode": "Indexed"}),
-            ),
-        )
-        .await
-        .expect("create");
-    wait_pods(&e.pods, "el", "5 pods", |ps| ps.len() == 5).await;
-    run_pending(&e.pods, "el").await;
-    e.jobs
-        .patch(
-            "el",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"completions": 2, "parallelism": 2}})),
-        )
-        .await
-        .expect("scale down");
-    let ps = wait_pods(&e.pods, "el", "indexes >= 2 removed", |ps| {
-        ps.iter().filter(|p| is_active(p)).count() == 2
-    })
-    .await;
-    let mut left: Vec<i32> = ps.iter().filter(|p| is_active(p)).map(index).collect();
-    left.sort_unstable();
-    assert_eq!(left, vec![0, 1]);
-    for p in ps.iter().filter(|p| is_active(p)) {
-        kcm_e2e::kubelet::finish_pod(&e.pods, &name(p), 0)
-            .await
-            .expect("finish");
-    }
-    let done = wait_job(&e.jobs, "el", "finished", finished).await;
-    let o = outcome(&done);
-    assert_eq!(
-        (o.succeeded, o.failed, o.completed_indexes.as_str()),
-        (2, 0, "0,1"),
-        "{o:#?}"
-    );
 }
 
 /// Slow start creates 1, 2, 4 pods in turn up to parallelism 7; lowering
@@ -264,80 +144,6 @@ async fn failure_backoff_delays_replacement() {
     assert!(gap >= 9.0, "replacement {gap:.1}s after the failure");
     let o = outcome(&e.jobs.get("bo").await.expect("job"));
     assert_eq!(o.failed, 1);
-}
-
-/// An orphan pod matching the selector is adopted (controller ownerRef and
-/// tracking finalizer); a pod whose labels stop matching is released
-/// (ownerRef and finalizer removed) and replaced.
-#[tokio::test]
-async fn adopt_and_release() {
-    let e = env().await;
-    let orphan: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "stray", "labels": {"app": "adopt"}},
-        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}
-    }))
-    .expect("pod");
-    e.pods
-        .create(&PostParams::default(), &orphan)
-        .await
-        .expect("orphan");
-    let mut j = job(
-        "ad",
-        json!({"completions": 2, "parallelism": 2, "manualSelector": true,
-               "selector": {"matchLabels": {"app": "adopt"}}}),
-    );
-    if let Some(t) = j.spec.as_mut().and_then(|s| s.template.metadata.as_mut()) {
-        t.labels = Some([("app".to_string(), "adopt".to_string())].into());
-    } else if let Some(s) = j.spec.as_mut() {
-        s.template.metadata = Some(kube::api::ObjectMeta {
-            labels: Some([("app".to_string(), "adopt".to_string())].into()),
-            ..Default::default()
-        });
-    }
-    let created = e
-        .jobs
-        .create(&PostParams::default(), &j)
-        .await
-        .expect("job");
-    let uid = created.metadata.uid.clone().unwrap_or_default();
-    let lp = kube::api::ListParams::default().labels("app=adopt");
-    let owned_by_job = |p: &Pod| {
-        p.metadata.owner_references.as_ref().is_some_and(|rs| {
-            rs.iter()
-                .any(|r| r.uid == uid && r.controller == Some(true) && r.kind == "Job")
-        })
-    };
-    let ps = kcm_e2e::wait::wait_for_list(
-        &e.pods,
-        &lp,
-        Duration::from_secs(30),
-        "adopted + 1 created",
-        |ps| ps.len() == 2 && ps.iter().all(|p| owned_by_job(p) && has_tracking(p)),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
-    assert!(ps.iter().any(|p| name(p) == "stray"));
-    // Release: the stray pod's labels stop matching.
-    e.pods
-        .patch(
-            "stray",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"app": "other"}}})),
-        )
-        .await
-        .expect("relabel");
-    kcm_e2e::wait::wait_for(&e.pods, "stray", Duration::from_secs(30), "released", |p| {
-        !owned_by_job(p) && !has_tracking(p)
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
-    kcm_e2e::wait::wait_for_list(&e.pods, &lp, Duration::from_secs(30), "replaced", |ps| {
-        ps.len() == 2
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
-    let o = outcome(&e.jobs.get("ad").await.expect("job"));
-    assert_eq!((o.active, o.failed), (2, 0), "{o:#?}");
 }
 
 /// Slow start seen through a pod quota of 2 with parallelism 6: batch 1

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod scenarios;
 pub mod script;
 
 use std::collections::BTreeMap;

@@ -221,7 +221,9 @@ impl Scn {
     }
 }
 
-async fn play(upstream: bool, script: Script) -> Vec<(String, Snap)> {
+/// Plays `script` against one side (upstream or kcm-rs) on a fresh
+/// control plane; returns its snapshots.
+pub async fn play(upstream: bool, script: Script) -> Vec<(String, Snap)> {
     let cp = Arc::new(ControlPlane::start().expect("cp"));
     let c = start(&cp, upstream, FeatureGates::default()).await;
     let client = cp.client().await.expect("client");

@@ -1,6 +1,6 @@
-//! Scripted differential scenarios about a Job's lifecycle: suspend and
-//! resume, controller restart, deletion (background and foreground),
-//! `managedBy`, and pods holding the finalizer without a live Job.
+//! Shared scenarios about a Job's lifecycle: suspend and resume, controller
+//! restart, deletion (background and foreground), `managedBy`, and pods
+//! holding the finalizer without a live Job.
 
 use std::time::Duration;
 
@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
+use super::{Scenario, exact};
 use crate::support::script::*;
 use crate::support::*;
 
@@ -38,23 +39,6 @@ async fn suspend_resume(s: Scn) {
     s.snap("resumed again", "j", J).await;
     s.finish_all("j", J, 0).await;
     s.snap("complete", "j", J).await;
-}
-
-#[tokio::test]
-async fn d12_suspend_resume() {
-    let snaps = compare_script(|s| Box::pin(suspend_resume(s))).await;
-    let suspended = &snaps[2].1;
-    assert_eq!((suspended.job.failed, suspended.active), (0, 0));
-    // Both sides agree (above); what they agree on depends on the minor:
-    // from 1.36 (MutableSchedulingDirectivesForSuspendedJobs on by
-    // default) suspending clears startTime, before it stays.
-    let minor = kcm_e2e::binaries::k8s_minor();
-    assert_eq!(
-        suspended.start_time_set,
-        minor < 36,
-        "startTime after suspending on 1.{minor}"
-    );
-    assert!(snaps[3].1.start_time_set, "resumed: startTime set again");
 }
 
 /// Background deletion while pods run: every pod loses the finalizer.
@@ -95,12 +79,6 @@ async fn delete_running(s: Scn) {
     assert_eq!(ps.len(), 3);
 }
 
-#[tokio::test]
-async fn d18_deleted_job_releases_finalizers() {
-    let snaps = compare_script(|s| Box::pin(delete_running(s))).await;
-    assert_eq!((snaps[1].1.pods, snaps[1].1.tracked), (3, 0));
-}
-
 /// `managedBy` another controller: neither controller touches the Job.
 async fn managed_elsewhere(s: Scn) {
     s.jobs
@@ -125,12 +103,6 @@ async fn managed_elsewhere(s: Scn) {
     })
     .await;
     s.snap("ignored", "j", J).await;
-}
-
-#[tokio::test]
-async fn d19_managed_by_other_controller() {
-    let snaps = compare_script(|s| Box::pin(managed_elsewhere(s))).await;
-    assert_eq!((snaps[0].1.pods, snaps[0].1.start_time_set), (0, false));
 }
 
 /// The controller stops while pods run; one pod fails and one succeeds
@@ -163,16 +135,6 @@ async fn restart(s: Scn) {
     s.snap("restarted", "j", J).await;
     s.finish_all("j", J, 0).await;
     s.snap("complete", "j", J).await;
-}
-
-#[tokio::test]
-async fn d20_restart_mid_job() {
-    let snaps = compare_script(|s| Box::pin(restart(s))).await;
-    let done = &snaps[3].1;
-    assert_eq!(
-        (done.job.succeeded, done.job.failed, done.tracked),
-        (4, 1, 0)
-    );
 }
 
 /// Pods holding the tracking finalizer without a live Job: no owner
@@ -240,14 +202,6 @@ async fn orphans(s: Scn) {
         .ok();
 }
 
-#[tokio::test]
-async fn d21_orphan_pods_with_finalizer() {
-    let snaps = compare_script(|s| Box::pin(orphans(s))).await;
-    // free cleaned; dangling and foreign still tracked until deleted.
-    assert_eq!((snaps[0].1.pods, snaps[0].1.tracked), (3, 2));
-    assert_eq!(snaps[2].0, "left [\"foreign\", \"free\"]");
-}
-
 /// Foreground deletion: the Job keeps existing with a deletionTimestamp
 /// (no garbage collector here); the controller stops managing pods and
 /// releases every finalizer, counting only finished pods.
@@ -276,8 +230,93 @@ async fn foreground(s: Scn) {
     s.snap("deleting", "j", J).await;
 }
 
-#[tokio::test]
-async fn d23_foreground_deletion() {
-    let snaps = compare_script(|s| Box::pin(foreground(s))).await;
-    assert_eq!((snaps[0].1.tracked, snaps[0].1.pods), (0, 3));
-}
+pub const SUSPEND_RESUME: Scenario = Scenario {
+    name: "suspend and resume",
+    script: |s| Box::pin(suspend_resume(s)),
+    fix: exact,
+    expect: |snaps| {
+        let created = &snaps[0].1;
+        assert_eq!((created.pods, created.start_time_set), (0, false));
+        let suspended = &snaps[2].1;
+        // Removed pods are not failures and nothing stays uncounted.
+        assert_eq!((suspended.job.failed, suspended.active), (0, 0));
+        assert!(suspended.job.uncounted_empty, "{suspended:#?}");
+        // What upstream does depends on the minor: from 1.36
+        // (MutableSchedulingDirectivesForSuspendedJobs on by default)
+        // suspending clears startTime, before it stays.
+        let minor = kcm_e2e::binaries::k8s_minor();
+        assert_eq!(
+            suspended.start_time_set,
+            minor < 36,
+            "startTime after suspending on 1.{minor}"
+        );
+        assert!(snaps[3].1.start_time_set, "resumed: startTime set again");
+        let done = &snaps[4].1.job;
+        assert_eq!((done.succeeded, done.failed), (3, 0), "{done:#?}");
+    },
+};
+
+pub const DELETE_RUNNING: Scenario = Scenario {
+    name: "background deletion releases every finalizer",
+    script: |s| Box::pin(delete_running(s)),
+    fix: exact,
+    expect: |snaps| {
+        // The pods stay (no garbage collector here), none recreated, none
+        // tracked.
+        assert_eq!((snaps[1].1.pods, snaps[1].1.tracked), (3, 0));
+    },
+};
+
+pub const MANAGED_ELSEWHERE: Scenario = Scenario {
+    name: "managedBy another controller",
+    script: |s| Box::pin(managed_elsewhere(s)),
+    fix: exact,
+    expect: |snaps| {
+        let s = &snaps[0].1;
+        assert_eq!((s.pods, s.start_time_set), (0, false));
+        assert!(s.job.conditions.is_empty(), "no status written: {s:#?}");
+    },
+};
+
+pub const RESTART: Scenario = Scenario {
+    name: "restart mid-Job counts each pod once",
+    script: |s| Box::pin(restart(s)),
+    fix: exact,
+    expect: |snaps| {
+        // Nothing counted the pods that finished while no controller ran.
+        let down = &snaps[1].1;
+        assert_eq!(
+            (down.job.succeeded, down.job.failed, down.tracked),
+            (0, 0, 3)
+        );
+        let done = &snaps[3].1;
+        assert_eq!(
+            (done.job.succeeded, done.job.failed, done.tracked),
+            (4, 1, 0)
+        );
+        // 3 first pods, one replacement for the failure, one more
+        // completion.
+        assert_eq!(done.pods, 5);
+        assert!(done.job.uncounted_empty && done.job.active == 0);
+    },
+};
+
+pub const ORPHANS: Scenario = Scenario {
+    name: "orphan pods holding the finalizer",
+    script: |s| Box::pin(orphans(s)),
+    fix: exact,
+    expect: |snaps| {
+        // free cleaned; dangling and foreign still tracked until deleted.
+        assert_eq!((snaps[0].1.pods, snaps[0].1.tracked), (3, 2));
+        assert_eq!(snaps[2].0, "left [\"foreign\", \"free\"]");
+    },
+};
+
+pub const FOREGROUND: Scenario = Scenario {
+    name: "foreground deletion",
+    script: |s| Box::pin(foreground(s)),
+    fix: exact,
+    expect: |snaps| {
+        assert_eq!((snaps[0].1.tracked, snaps[0].1.pods), (0, 3));
+    },
+};

@@ -1,5 +1,5 @@
-//! Scripted differential scenarios about pod management: podReplacementPolicy,
-//! elastic Indexed Jobs, adoption and release, parallelism changes, failing
+//! Shared scenarios about pod management: podReplacementPolicy, elastic
+//! Indexed Jobs, adoption and release, parallelism changes, failing
 //! creations, and invalid completion indexes.
 
 use k8s_openapi::api::core::v1::Pod;
@@ -7,6 +7,7 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
+use super::{Scenario, exact};
 use crate::support::script::*;
 use crate::support::*;
 
@@ -49,19 +50,6 @@ async fn replace_deleted(s: Scn, policy: &'static str) {
     s.snap("complete", "j", J).await;
 }
 
-#[tokio::test]
-async fn d13_pod_replacement_policy_failed() {
-    let snaps = compare_script(|s| Box::pin(replace_deleted(s, "Failed"))).await;
-    let deleted = &snaps[1].1;
-    assert_eq!((deleted.job.failed, deleted.job.terminating), (0, 1));
-}
-
-#[tokio::test]
-async fn d14_pod_replacement_policy_terminating_or_failed() {
-    let snaps = compare_script(|s| Box::pin(replace_deleted(s, "TerminatingOrFailed"))).await;
-    assert_eq!(snaps[1].1.job.failed, 1);
-}
-
 /// Indexed 4/4, index 3 succeeds, then scaled to 2/2: indexes >= 2 go and
 /// the succeeded count drops with the out-of-range index.
 async fn elastic(s: Scn) {
@@ -97,12 +85,6 @@ async fn elastic(s: Scn) {
     s.snap("scaled down", "j", J).await;
     s.finish_all("j", J, 0).await;
     s.snap("complete", "j", J).await;
-}
-
-#[tokio::test]
-async fn d15_elastic_indexed_scale_down() {
-    let snaps = compare_script(|s| Box::pin(elastic(s))).await;
-    assert_eq!(snaps[1].1.active_indexes, vec![0, 1]);
 }
 
 /// A stray pod matching a manual selector is adopted; relabelled, it is
@@ -158,12 +140,6 @@ async fn adopt_release(s: Scn) {
     s.snap("complete", "j", SEL).await;
 }
 
-#[tokio::test]
-async fn d16_orphan_adoption_and_release() {
-    let snaps = compare_script(|s| Box::pin(adopt_release(s))).await;
-    assert_eq!(snaps[2].1.tracked, 0);
-}
-
 /// NonIndexed parallelism 5 of 8, scaled to 2, then completed.
 async fn scale_down(s: Scn) {
     s.jobs
@@ -181,12 +157,6 @@ async fn scale_down(s: Scn) {
     s.snap("scaled down", "j", J).await;
     s.finish_all("j", J, 0).await;
     s.snap("complete", "j", J).await;
-}
-
-#[tokio::test]
-async fn d17_parallelism_scale_down() {
-    let snaps = compare_script(|s| Box::pin(scale_down(s))).await;
-    assert_eq!(snaps[1].1.job.failed, 0);
 }
 
 /// A pod quota of 2 makes creations fail: slow start stops after the
@@ -254,18 +224,6 @@ fn without_failed_create_count(mut snaps: Snaps) -> Snaps {
     snaps
 }
 
-#[tokio::test]
-async fn d22_quota_exceeded_creations() {
-    let snaps = compare_script_with(|s| Box::pin(quota(s)), without_failed_create_count).await;
-    let q = &snaps[0].1;
-    assert_eq!((q.job.active, q.pods), (2, 2));
-    assert!(
-        q.events.iter().any(|e| e.1 == "FailedCreate"),
-        "{:#?}",
-        q.events
-    );
-}
-
 /// An active Indexed pod whose index annotation becomes invalid is
 /// removed and its index re-created.
 async fn bad_index(s: Scn) {
@@ -307,8 +265,99 @@ async fn bad_index(s: Scn) {
     s.snap("complete", "j", J).await;
 }
 
-#[tokio::test]
-async fn d24_invalid_completion_index() {
-    let snaps = compare_script(|s| Box::pin(bad_index(s))).await;
-    assert_eq!(snaps[0].1.active_indexes, vec![0, 1, 2]);
-}
+pub const REPLACE_FAILED: Scenario = Scenario {
+    name: "podReplacementPolicy Failed",
+    script: |s| Box::pin(replace_deleted(s, "Failed")),
+    fix: exact,
+    expect: |snaps| {
+        // No replacement while the deleted pod terminates, still tracked.
+        let deleted = &snaps[1].1;
+        assert_eq!((deleted.job.failed, deleted.job.terminating), (0, 1));
+        assert_eq!((deleted.pods, deleted.active, deleted.tracked), (1, 0, 1));
+        let replaced = &snaps[2].1.job;
+        assert_eq!((replaced.failed, replaced.active), (1, 1), "{replaced:#?}");
+        assert!(replaced.uncounted_empty);
+    },
+};
+
+pub const REPLACE_TERMINATING_OR_FAILED: Scenario = Scenario {
+    name: "podReplacementPolicy TerminatingOrFailed",
+    script: |s| Box::pin(replace_deleted(s, "TerminatingOrFailed")),
+    fix: exact,
+    expect: |snaps| {
+        // The deleted pod is a failure at once and loses its finalizer.
+        let deleted = &snaps[1].1;
+        assert_eq!(
+            (deleted.job.failed, deleted.tracked),
+            (1, 0),
+            "{deleted:#?}"
+        );
+        let replaced = &snaps[2].1;
+        assert_eq!((replaced.active, replaced.job.active), (1, 1));
+    },
+};
+
+pub const ELASTIC: Scenario = Scenario {
+    name: "elastic Indexed scale-down",
+    script: |s| Box::pin(elastic(s)),
+    fix: exact,
+    expect: |snaps| {
+        assert_eq!(snaps[1].1.active_indexes, vec![0, 1]);
+        // The out-of-range index 3 is no longer counted.
+        let done = &snaps[2].1.job;
+        assert_eq!(
+            (done.succeeded, done.failed, done.completed_indexes.as_str()),
+            (2, 0, "0,1"),
+            "{done:#?}"
+        );
+    },
+};
+
+pub const ADOPT_RELEASE: Scenario = Scenario {
+    name: "orphan adoption and release",
+    script: |s| Box::pin(adopt_release(s)),
+    fix: exact,
+    expect: |snaps| {
+        assert_eq!((snaps[0].1.pods, snaps[0].1.tracked), (2, 2));
+        let replaced = &snaps[1].1;
+        assert_eq!(
+            (replaced.active, replaced.job.active, replaced.job.failed),
+            (2, 2, 0)
+        );
+        assert_eq!((snaps[2].1.pods, snaps[2].1.tracked), (1, 0));
+    },
+};
+
+pub const SCALE_DOWN: Scenario = Scenario {
+    name: "parallelism scale-down",
+    script: |s| Box::pin(scale_down(s)),
+    fix: exact,
+    expect: |snaps| {
+        let down = &snaps[1].1;
+        assert_eq!((down.job.failed, down.active, down.job.active), (0, 2, 2));
+    },
+};
+
+pub const QUOTA: Scenario = Scenario {
+    name: "creations over a pod quota",
+    script: |s| Box::pin(quota(s)),
+    fix: without_failed_create_count,
+    expect: |snaps| {
+        let q = &snaps[0].1;
+        assert_eq!((q.job.active, q.pods), (2, 2));
+        assert!(
+            q.events.iter().any(|e| e.1 == "FailedCreate"),
+            "{:#?}",
+            q.events
+        );
+    },
+};
+
+pub const BAD_INDEX: Scenario = Scenario {
+    name: "invalid completion index",
+    script: |s| Box::pin(bad_index(s)),
+    fix: exact,
+    expect: |snaps| {
+        assert_eq!(snaps[0].1.active_indexes, vec![0, 1, 2]);
+    },
+};
