@@ -3,11 +3,9 @@
 //! each minor): kcm-rs must match upstream where the README lists no
 //! deviation, and keep its listed behaviour where it does.
 
-use kube::api::PostParams;
 use serde_json::json;
 
 use crate::support::script::*;
-use crate::support::*;
 
 /// Two pods run and are ready; one fails, and the replacement waits for
 /// the 10 s failure back-off. Upstream before 1.36 computes `active` 0
@@ -17,16 +15,8 @@ use crate::support::*;
 /// keeps the real count. kcm-rs keeps it on every minor (a listed
 /// deviation). After the back-off both agree again.
 async fn failure_during_back_off(s: Scn) {
-    s.jobs
-        .create(
-            &PostParams::default(),
-            &job(
-                "j",
-                json!({"completions": 2, "parallelism": 2, "backoffLimit": 6}),
-            ),
-        )
-        .await
-        .expect("create");
+    s.create(json!({"completions": 2, "parallelism": 2, "backoffLimit": 6}))
+        .await;
     s.wait_pods(J, "2 pods", |ps| active(ps) == 2).await;
     s.run_pending(J).await;
     s.wait_job("j", "2 ready", |j| {

@@ -93,6 +93,30 @@ pub fn owner_uid(p: &Pod) -> Option<String> {
 }
 
 impl Scn {
+    /// Creates Job `j` (the Job every script names) with `spec`.
+    pub async fn create(&self, spec: serde_json::Value) {
+        self.jobs
+            .create(&kube::api::PostParams::default(), &super::job("j", spec))
+            .await
+            .expect("create job");
+    }
+
+    /// Creates the suspended stand-in Job `probe` and waits until it is
+    /// seen, so a snapshot can record pods when Job `j` is gone or ignored.
+    pub async fn probe(&self) {
+        self.jobs
+            .create(
+                &kube::api::PostParams::default(),
+                &super::job("probe", serde_json::json!({"suspend": true})),
+            )
+            .await
+            .expect("create probe");
+        self.wait_job("probe", "probe suspended", |j| {
+            super::condition(j, "Suspended").is_some()
+        })
+        .await;
+    }
+
     /// Merge-patches the spec of Job `j`.
     pub async fn patch_spec(&self, spec: serde_json::Value) {
         self.jobs

@@ -14,16 +14,8 @@ use crate::support::*;
 
 /// Created suspended, resumed, suspended while running, resumed, completed.
 async fn suspend_resume(s: Scn) {
-    s.jobs
-        .create(
-            &PostParams::default(),
-            &job(
-                "j",
-                json!({"completions": 3, "parallelism": 2, "suspend": true}),
-            ),
-        )
-        .await
-        .expect("create");
+    s.create(json!({"completions": 3, "parallelism": 2, "suspend": true}))
+        .await;
     s.wait_job("j", "Suspended", |j| condition(j, "Suspended").is_some())
         .await;
     s.snap("created suspended", "j", J).await;
@@ -43,13 +35,7 @@ async fn suspend_resume(s: Scn) {
 
 /// Background deletion while pods run: every pod loses the finalizer.
 async fn delete_running(s: Scn) {
-    s.jobs
-        .create(
-            &PostParams::default(),
-            &job("j", json!({"completions": 4, "parallelism": 3})),
-        )
-        .await
-        .expect("create");
+    s.create(json!({"completions": 4, "parallelism": 3})).await;
     s.wait_pods(J, "3 pods", |ps| active(ps) == 3).await;
     s.run_pending(J).await;
     s.snap("running", "j", J).await;
@@ -64,57 +50,23 @@ async fn delete_running(s: Scn) {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let ps = s.list(J).await;
     // No Job to snapshot: record the pods through a stand-in Job.
-    s.jobs
-        .create(
-            &PostParams::default(),
-            &job("probe", json!({"suspend": true})),
-        )
-        .await
-        .expect("probe");
-    s.wait_job("probe", "probe suspended", |j| {
-        condition(j, "Suspended").is_some()
-    })
-    .await;
+    s.probe().await;
     s.snap("after delete", "probe", J).await;
     assert_eq!(ps.len(), 3);
 }
 
 /// `managedBy` another controller: neither controller touches the Job.
 async fn managed_elsewhere(s: Scn) {
-    s.jobs
-        .create(
-            &PostParams::default(),
-            &job(
-                "j",
-                json!({"completions": 2, "parallelism": 2, "managedBy": "example.com/x"}),
-            ),
-        )
-        .await
-        .expect("create");
-    s.jobs
-        .create(
-            &PostParams::default(),
-            &job("probe", json!({"suspend": true})),
-        )
-        .await
-        .expect("probe");
-    s.wait_job("probe", "probe suspended", |j| {
-        condition(j, "Suspended").is_some()
-    })
-    .await;
+    s.create(json!({"completions": 2, "parallelism": 2, "managedBy": "example.com/x"}))
+        .await;
+    s.probe().await;
     s.snap("ignored", "j", J).await;
 }
 
 /// The controller stops while pods run; one pod fails and one succeeds
 /// while it is down; a new instance counts each once and completes.
 async fn restart(s: Scn) {
-    s.jobs
-        .create(
-            &PostParams::default(),
-            &job("j", json!({"completions": 4, "parallelism": 3})),
-        )
-        .await
-        .expect("create");
+    s.create(json!({"completions": 4, "parallelism": 3})).await;
     s.wait_pods(J, "3 pods", |ps| active(ps) == 3).await;
     s.run_pending(J).await;
     s.snap("running", "j", J).await;
@@ -170,17 +122,7 @@ async fn orphans(s: Scn) {
             .await
             .expect("pod");
     }
-    s.jobs
-        .create(
-            &PostParams::default(),
-            &job("probe", json!({"suspend": true})),
-        )
-        .await
-        .expect("probe");
-    s.wait_job("probe", "probe suspended", |j| {
-        condition(j, "Suspended").is_some()
-    })
-    .await;
+    s.probe().await;
     s.snap("created", "probe", SEL).await;
     for n in ["dangling", "foreign"] {
         s.pods
@@ -206,13 +148,7 @@ async fn orphans(s: Scn) {
 /// (no garbage collector here); the controller stops managing pods and
 /// releases every finalizer, counting only finished pods.
 async fn foreground(s: Scn) {
-    s.jobs
-        .create(
-            &PostParams::default(),
-            &job("j", json!({"completions": 5, "parallelism": 3})),
-        )
-        .await
-        .expect("create");
+    s.create(json!({"completions": 5, "parallelism": 3})).await;
     s.wait_pods(J, "3 pods", |ps| active(ps) == 3).await;
     s.run_pending(J).await;
     let first = s.list(J).await.first().map(name).expect("pod");

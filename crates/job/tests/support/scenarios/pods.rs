@@ -15,16 +15,8 @@ use crate::support::*;
 /// snapshots, then lets the kubelet fail it (finished 30 s ago: no
 /// back-off) and completes the Job.
 async fn replace_deleted(s: Scn, policy: &'static str) {
-    s.jobs
-        .create(
-            &PostParams::default(),
-            &job(
-                "j",
-                json!({"completions": 1, "parallelism": 1, "podReplacementPolicy": policy}),
-            ),
-        )
-        .await
-        .expect("create");
+    s.create(json!({"completions": 1, "parallelism": 1, "podReplacementPolicy": policy}))
+        .await;
     s.wait_pods(J, "1 pod", |ps| active(ps) == 1).await;
     s.run_pending(J).await;
     s.snap("running", "j", J).await;
@@ -53,16 +45,8 @@ async fn replace_deleted(s: Scn, policy: &'static str) {
 /// Indexed 4/4, index 3 succeeds, then scaled to 2/2: indexes >= 2 go and
 /// the succeeded count drops with the out-of-range index.
 async fn elastic(s: Scn) {
-    s.jobs
-        .create(
-            &PostParams::default(),
-            &job(
-                "j",
-                json!({"completions": 4, "parallelism": 4, "completionMode": "Indexed"}),
-            ),
-        )
-        .await
-        .expect("create");
+    s.create(json!({"completions": 4, "parallelism": 4, "completionMode": "Indexed"}))
+        .await;
     s.wait_pods(J, "4 pods", |ps| active(ps) == 4).await;
     s.run_pending(J).await;
     let three = s
@@ -142,13 +126,7 @@ async fn adopt_release(s: Scn) {
 
 /// NonIndexed parallelism 5 of 8, scaled to 2, then completed.
 async fn scale_down(s: Scn) {
-    s.jobs
-        .create(
-            &PostParams::default(),
-            &job("j", json!({"completions": 8, "parallelism": 5})),
-        )
-        .await
-        .expect("create");
+    s.create(json!({"completions": 8, "parallelism": 5})).await;
     s.wait_pods(J, "5 pods", |ps| active(ps) == 5).await;
     s.run_pending(J).await;
     s.snap("running", "j", J).await;
@@ -181,13 +159,7 @@ async fn quota(s: Scn) {
         .patch_status("q", &PatchParams::default(), &status("2"))
         .await
         .expect("quota status");
-    s.jobs
-        .create(
-            &PostParams::default(),
-            &job("j", json!({"completions": 5, "parallelism": 5})),
-        )
-        .await
-        .expect("create");
+    s.create(json!({"completions": 5, "parallelism": 5})).await;
     s.wait_pods(J, "2 pods", |ps| active(ps) == 2).await;
     s.snap("quota reached", "j", J).await;
     quotas
@@ -227,16 +199,8 @@ fn without_failed_create_count(mut snaps: Snaps) -> Snaps {
 /// An active Indexed pod whose index annotation becomes invalid is
 /// removed and its index re-created.
 async fn bad_index(s: Scn) {
-    s.jobs
-        .create(
-            &PostParams::default(),
-            &job(
-                "j",
-                json!({"completions": 3, "parallelism": 3, "completionMode": "Indexed"}),
-            ),
-        )
-        .await
-        .expect("create");
+    s.create(json!({"completions": 3, "parallelism": 3, "completionMode": "Indexed"}))
+        .await;
     s.wait_pods(J, "3 pods", |ps| active(ps) == 3).await;
     s.run_pending(J).await;
     let one = s
