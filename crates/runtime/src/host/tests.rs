@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::{Request, Response};
-use k8s_openapi::api::core::v1::Pod;
+use kcm_pod::CachedPod;
 use kube::client::Body;
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
@@ -331,7 +331,7 @@ fn list_one_pod_client() -> kube::Client {
 }
 
 fn start_informer(
-    inf: &Arc<Informer<Pod>>,
+    inf: &Arc<Informer<CachedPod>>,
     stop: &CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
     let api = kube::Api::all(list_one_pod_client());
@@ -342,7 +342,7 @@ fn start_informer(
 #[tokio::test]
 async fn waits_for_its_informers_and_fails_when_one_stops() {
     let host = host("test-informers", secs(10), secs(30));
-    let pods = Arc::new(Informer::<Pod>::new());
+    let pods = Arc::new(Informer::<CachedPod>::new());
     host.track(&pods);
     let stop = CancellationToken::new();
     let watch = start_informer(&pods, &stop);
@@ -356,8 +356,8 @@ async fn waits_for_its_informers_and_fails_when_one_stops() {
 
     // A handler panics: the watch task dies with it.
     let host = Host::with_settings("test-informer-dies", HostSettings::default());
-    let pods = Arc::new(Informer::<Pod>::new());
-    pods.add_handler(Arc::new(|c: &Change<Pod>| {
+    let pods = Arc::new(Informer::<CachedPod>::new());
+    pods.add_handler(Arc::new(|c: &Change<CachedPod>| {
         panic!("handler fails on {}", c.key())
     }));
     host.track(&pods);
@@ -374,7 +374,7 @@ async fn waits_for_its_informers_and_fails_when_one_stops() {
 #[tokio::test(start_paused = true)]
 async fn wait_for_sync_gives_up_on_stop() {
     let host = host("test-sync-stop", secs(10), secs(30));
-    let pods = Arc::new(Informer::<Pod>::new());
+    let pods = Arc::new(Informer::<CachedPod>::new());
     host.track(&pods);
     let stop = CancellationToken::new();
     let s = stop.clone();

@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use kcm_pod::CachedPod;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, Resource};
 use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
@@ -27,8 +27,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use factory::InformerFactory;
 pub use store::{
-    BY_CONTROLLER_UID, BY_NAMESPACE, BY_NODE_NAME, IndexFn, Store, controller_uid_index,
-    namespace_index, object_key, pod_node_index,
+    BY_CONTROLLER_UID, BY_NAMESPACE, BY_NODE_NAME, IndexFn, Store, controller_uid_index, key_of,
+    namespace_index, object_key, pod_controller_uid_index, pod_node_index,
 };
 pub use wire::WirePod;
 
@@ -44,30 +44,60 @@ pub enum Change<K> {
 /// map the change to work-queue keys and return.
 pub type Handler<K> = Arc<dyn Fn(&Change<K>) + Send + Sync>;
 
-/// What a kind needs to be informed on. `Wire` is the type its watch
-/// decodes: the kind itself, or for pods a [`WirePod`] that skips what the
-/// cache would drop.
-pub trait Informable:
-    Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
-{
+/// What a cached type needs to be informed on. `Wire` is the type its
+/// watch decodes (a kube `Resource`): the kind itself, or for pods a
+/// [`WirePod`] carrying the [`CachedPod`] decoded straight from the JSON.
+/// The cached type itself need not be a `Resource`: it only names its
+/// kind, key and resourceVersion.
+pub trait Informable: Clone + Debug + Send + Sync + 'static {
     type Wire: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static;
+    /// The object as the cache keeps it (trimmed).
     fn from_wire(wire: Self::Wire) -> Self;
+    /// The API kind, e.g. `Pod`.
+    fn kind() -> String {
+        Self::Wire::kind(&()).into_owned()
+    }
+    /// `metadata.namespace`, "" when cluster-scoped or unset.
+    fn namespace(&self) -> &str;
+    /// `metadata.name`, "" when unset.
+    fn name(&self) -> &str;
+    /// `metadata.resourceVersion`, "" when unset.
+    fn resource_version(&self) -> &str;
 }
 
-impl Informable for Pod {
+impl Informable for CachedPod {
     type Wire = WirePod;
-    fn from_wire(wire: WirePod) -> Pod {
+    fn from_wire(wire: WirePod) -> CachedPod {
         wire.into()
+    }
+    fn namespace(&self) -> &str {
+        CachedPod::namespace(self)
+    }
+    fn name(&self) -> &str {
+        CachedPod::name(self)
+    }
+    fn resource_version(&self) -> &str {
+        CachedPod::resource_version(self)
     }
 }
 
-/// Kinds decoded as they are (their `managedFields` are dropped by `trim`).
+/// Kinds cached as the API types (only their `managedFields` are dropped,
+/// by `trim`).
 macro_rules! informable_as_is {
     ($($kind:ty),* $(,)?) => {$(
         impl Informable for $kind {
             type Wire = $kind;
             fn from_wire(wire: $kind) -> $kind {
-                wire
+                trim::trim(wire)
+            }
+            fn namespace(&self) -> &str {
+                self.meta().namespace.as_deref().unwrap_or("")
+            }
+            fn name(&self) -> &str {
+                self.meta().name.as_deref().unwrap_or("")
+            }
+            fn resource_version(&self) -> &str {
+                self.meta().resource_version.as_deref().unwrap_or("")
             }
         }
     )*};
@@ -136,7 +166,7 @@ impl<K: Informable> Informer<K> {
             store: Store::default(),
             handlers: RwLock::new(Vec::new()),
             synced: watch::channel(false).0,
-            kind: K::kind(&()).into_owned(),
+            kind: K::kind(),
             watch: AtomicU8::new(WATCH_IDLE),
             last_rv: AtomicU64::new(0),
         }
@@ -155,14 +185,14 @@ impl<K: Informable> Informer<K> {
 
     /// Applies `obj` as a watch event would: added, or an update of the
     /// stored object with the same namespace/name.
-    pub fn feed_apply(&self, obj: K) {
-        self.apply(Event::Apply(obj), &mut None);
+    pub fn feed_apply(&self, obj: impl Into<K>) {
+        self.apply(Event::Apply(obj.into()), &mut None);
     }
 
     /// Removes `obj` as a watch delete event would; handlers see the last
     /// stored state (or `obj` when nothing was stored).
-    pub fn feed_delete(&self, obj: K) {
-        self.apply(Event::Delete(obj), &mut None);
+    pub fn feed_delete(&self, obj: impl Into<K>) {
+        self.apply(Event::Delete(obj.into()), &mut None);
     }
 
     /// True once the watch task has ended without being asked to stop: its
@@ -186,7 +216,7 @@ impl<K: Informable> Informer<K> {
     }
 
     fn saw(&self, obj: &K) {
-        if let Some(rv) = obj.meta().resource_version.as_deref().and_then(parse_rv) {
+        if let Some(rv) = parse_rv(obj.resource_version()) {
             self.last_rv.fetch_max(rv, Ordering::AcqRel);
         }
     }
@@ -240,8 +270,8 @@ impl<K: Informable> Informer<K> {
         match event {
             Event::Init => *relist = Some(Vec::new()),
             Event::InitApply(obj) => match relist {
-                Some(buf) => buf.push(prune(obj)),
-                None => self.upsert(prune(obj)),
+                Some(buf) => buf.push(obj),
+                None => self.upsert(obj),
             },
             Event::InitDone => {
                 let objs = relist.take().unwrap_or_default();
@@ -253,14 +283,14 @@ impl<K: Informable> Informer<K> {
                 }
                 self.synced.send_replace(true);
             }
-            Event::Apply(obj) => self.upsert(prune(obj)),
+            Event::Apply(obj) => self.upsert(obj),
             Event::Delete(obj) => {
                 let key = object_key(&obj);
                 let guard = self.handlers.read();
                 let last = self
                     .store
                     .remove(&key)
-                    .unwrap_or_else(|| Arc::new(prune(obj)));
+                    .unwrap_or_else(|| Arc::new(obj));
                 for h in guard.iter() {
                     h(&Change::Deleted(Arc::clone(&last)));
                 }
@@ -326,11 +356,6 @@ fn from_wire<K: Informable>(event: Event<K::Wire>) -> Event<K> {
     }
 }
 
-/// Drops what no controller reads and what costs the most memory.
-fn prune<K: Informable>(obj: K) -> K {
-    trim::trim(obj)
-}
-
 /// The namespace/name of a change's object, for handlers.
 impl<K: Informable> Change<K> {
     pub fn object(&self) -> &Arc<K> {
@@ -343,7 +368,7 @@ impl<K: Informable> Change<K> {
         object_key(self.object().as_ref())
     }
     pub fn name(&self) -> String {
-        self.object().name_any()
+        self.object().name().to_string()
     }
 }
 

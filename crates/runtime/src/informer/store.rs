@@ -4,20 +4,26 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::{Resource, ResourceExt};
+use kcm_pod::CachedPod;
+use kube::Resource;
 use parking_lot::RwLock;
 
-use super::Change;
+use super::{Change, Informable};
 
 /// Maps an object to the index values it is filed under.
 pub type IndexFn<K> = Arc<dyn Fn(&K) -> Vec<String> + Send + Sync>;
 
 /// The client-go cache key: `namespace/name`, or `name` when cluster-scoped.
-pub fn object_key<K: Resource>(obj: &K) -> String {
-    match obj.meta().namespace.as_deref() {
-        Some(ns) if !ns.is_empty() => format!("{ns}/{}", obj.name_any()),
-        _ => obj.name_any(),
+pub fn object_key<K: Informable>(obj: &K) -> String {
+    key_of(obj.namespace(), obj.name())
+}
+
+/// The cache key of `namespace` and `name`.
+pub fn key_of(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() {
+        name.to_string()
+    } else {
+        format!("{namespace}/{name}")
     }
 }
 
@@ -70,7 +76,7 @@ impl<K> Inner<K> {
     }
 }
 
-impl<K: Resource> Store<K> {
+impl<K: Informable> Store<K> {
     /// Adds a named index and files every known object under it.
     pub fn add_index(&self, name: &'static str, f: IndexFn<K>) {
         let mut inner = self.inner.write();
@@ -147,8 +153,8 @@ impl<K: Resource> Store<K> {
             let key = object_key(&obj);
             seen.insert(key.clone());
             let unchanged = inner.objects.get(&key).is_some_and(|old| {
-                old.meta().resource_version.is_some()
-                    && old.meta().resource_version == obj.meta().resource_version
+                !old.resource_version().is_empty()
+                    && old.resource_version() == obj.resource_version()
             });
             if unchanged {
                 continue;
@@ -188,8 +194,19 @@ pub const BY_CONTROLLER_UID: &str = "controller-uid";
 pub const BY_NODE_NAME: &str = "node-name";
 
 /// Files objects under their namespace.
-pub fn namespace_index<K: Resource>() -> IndexFn<K> {
-    Arc::new(|o: &K| o.meta().namespace.clone().into_iter().collect())
+pub fn namespace_index<K: Informable>() -> IndexFn<K> {
+    Arc::new(|o: &K| {
+        let ns = o.namespace();
+        (!ns.is_empty())
+            .then(|| ns.to_string())
+            .into_iter()
+            .collect()
+    })
+}
+
+/// Files pods under the UID of their controller ownerReference.
+pub fn pod_controller_uid_index() -> IndexFn<CachedPod> {
+    Arc::new(|p: &CachedPod| p.controller().map(|c| c.uid.to_string()).into_iter().collect())
 }
 
 /// Files objects under the UID of their controller ownerReference.
@@ -206,12 +223,11 @@ pub fn controller_uid_index<K: Resource>() -> IndexFn<K> {
 }
 
 /// Files pods under the node they are bound to.
-pub fn pod_node_index() -> IndexFn<Pod> {
-    Arc::new(|p: &Pod| {
-        p.spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
+pub fn pod_node_index() -> IndexFn<CachedPod> {
+    Arc::new(|p: &CachedPod| {
+        p.node_name()
             .filter(|n| !n.is_empty())
+            .map(str::to_string)
             .into_iter()
             .collect()
     })

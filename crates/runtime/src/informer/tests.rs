@@ -1,13 +1,18 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
+use kcm_pod::CachedPod;
 use kube::api::ObjectMeta;
 use kube::runtime::watcher::Event;
 use parking_lot::Mutex;
 
 use super::*;
 
-fn pod(ns: &str, name: &str, rv: &str, node: Option<&str>) -> Pod {
+fn pod(ns: &str, name: &str, rv: &str, node: Option<&str>) -> CachedPod {
+    full_pod(ns, name, rv, node).into()
+}
+
+fn full_pod(ns: &str, name: &str, rv: &str, node: Option<&str>) -> Pod {
     Pod {
         metadata: ObjectMeta {
             namespace: Some(ns.into()),
@@ -24,11 +29,11 @@ fn pod(ns: &str, name: &str, rv: &str, node: Option<&str>) -> Pod {
     }
 }
 
-fn recorder(inf: &Informer<Pod>) -> Arc<Mutex<Vec<String>>> {
+fn recorder(inf: &Informer<CachedPod>) -> Arc<Mutex<Vec<String>>> {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s = Arc::clone(&seen);
-    inf.add_handler(Arc::new(move |c: &Change<Pod>| {
-        let rv = |p: &Pod| p.metadata.resource_version.clone().unwrap_or_default();
+    inf.add_handler(Arc::new(move |c: &Change<CachedPod>| {
+        let rv = |p: &CachedPod| p.resource_version().to_string();
         s.lock().push(match c {
             Change::Added(p) => format!("add {} {}", object_key(p.as_ref()), rv(p)),
             Change::Updated { old, new } => {
@@ -45,7 +50,7 @@ fn recorder(inf: &Informer<Pod>) -> Arc<Mutex<Vec<String>>> {
     seen
 }
 
-fn list(inf: &Informer<Pod>, pods: Vec<Pod>) {
+fn list(inf: &Informer<CachedPod>, pods: Vec<CachedPod>) {
     let mut relist = None;
     inf.apply(Event::Init, &mut relist);
     for p in pods {
@@ -55,8 +60,8 @@ fn list(inf: &Informer<Pod>, pods: Vec<Pod>) {
 }
 
 #[test]
-fn events_fan_out_with_old_objects_and_prune_managed_fields() {
-    let inf = Informer::<Pod>::new();
+fn events_fan_out_with_old_objects() {
+    let inf = Informer::<CachedPod>::new();
     inf.add_index(BY_NODE_NAME, pod_node_index());
     let seen = recorder(&inf);
     assert!(!inf.has_synced());
@@ -76,14 +81,14 @@ fn events_fan_out_with_old_objects_and_prune_managed_fields() {
         ]
     );
     let p1 = inf.store().get("a/p1").expect("p1");
-    assert!(p1.metadata.managed_fields.is_none());
+    assert_eq!(p1.node_name(), Some("n2"));
     assert!(inf.store().by_index(BY_NODE_NAME, "n1").is_empty());
     assert_eq!(inf.store().by_index(BY_NODE_NAME, "n2").len(), 1);
 }
 
 #[test]
 fn relist_reports_deletes_missed_while_the_watch_was_down() {
-    let inf = Informer::<Pod>::new();
+    let inf = Informer::<CachedPod>::new();
     inf.add_index(BY_NODE_NAME, pod_node_index());
     list(
         &inf,
@@ -115,7 +120,7 @@ fn relist_reports_deletes_missed_while_the_watch_was_down() {
 
 #[test]
 fn a_late_handler_sees_existing_objects_once() {
-    let inf = Informer::<Pod>::new();
+    let inf = Informer::<CachedPod>::new();
     list(
         &inf,
         vec![pod("a", "p1", "1", None), pod("b", "p2", "1", None)],
@@ -129,10 +134,10 @@ fn a_late_handler_sees_existing_objects_once() {
 #[test]
 fn controller_uid_and_namespace_indexes() {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-    let inf = Informer::<Pod>::new();
-    inf.add_index(BY_CONTROLLER_UID, controller_uid_index());
+    let inf = Informer::<CachedPod>::new();
+    inf.add_index(BY_CONTROLLER_UID, pod_controller_uid_index());
     inf.add_index(BY_NAMESPACE, namespace_index());
-    let mut owned = pod("a", "p1", "1", None);
+    let mut owned = full_pod("a", "p1", "1", None);
     owned.metadata.owner_references = Some(vec![
         OwnerReference {
             uid: "job-uid".into(),
@@ -145,7 +150,7 @@ fn controller_uid_and_namespace_indexes() {
             ..Default::default()
         },
     ]);
-    list(&inf, vec![owned, pod("b", "p2", "1", None)]);
+    list(&inf, vec![owned.into(), pod("b", "p2", "1", None)]);
     assert_eq!(inf.store().by_index(BY_CONTROLLER_UID, "job-uid").len(), 1);
     assert!(inf.store().by_index(BY_CONTROLLER_UID, "other").is_empty());
     assert_eq!(inf.store().by_index(BY_NAMESPACE, "b").len(), 1);
@@ -154,7 +159,7 @@ fn controller_uid_and_namespace_indexes() {
 
 #[test]
 fn a_fed_informer_is_synced_and_takes_the_watch_path() {
-    let inf = Informer::<Pod>::fed();
+    let inf = Informer::<CachedPod>::fed();
     assert!(inf.has_synced());
     inf.add_index(BY_NODE_NAME, pod_node_index());
     let seen = recorder(&inf);
@@ -163,7 +168,7 @@ fn a_fed_informer_is_synced_and_takes_the_watch_path() {
     inf.feed_apply(pod("a", "p1", "9", Some("n2")));
     assert_eq!(inf.last_resource_version(), Some(9));
     let p1 = inf.store().get("a/p1").expect("p1");
-    assert!(p1.metadata.managed_fields.is_none(), "pruned as watched");
+    assert_eq!(p1.node_name(), Some("n2"));
     assert_eq!(inf.store().by_index(BY_NODE_NAME, "n2").len(), 1);
     inf.feed_delete(pod("a", "p1", "10", Some("n2")));
     assert!(inf.store().get("a/p1").is_none());
