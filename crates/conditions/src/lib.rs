@@ -17,5 +17,5 @@ pub mod pdb;
 pub mod pod;
 
 pub use disruption::{DISRUPTION_TARGET, disruption_target};
-pub use patch::pod_status_patch;
+pub use patch::{disruption_status_patch, pod_status_patch};
 pub use pod::{get_pod_condition, update_pod_condition};

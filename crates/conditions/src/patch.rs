@@ -4,7 +4,10 @@
 //! effect as upstream's `PatchPodStatus` (byte-identical bodies are not
 //! needed: only the listed fields and conditions change).
 
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kcm_pod::{CachedPod, DISRUPTION_TARGET};
 use serde_json::{Map, Value, json};
 
 /// The patch body turning `pod`'s status into `new`, or `None` when nothing
@@ -62,6 +65,53 @@ pub fn pod_status_patch(pod: &Pod, new: &PodStatus) -> Option<Value> {
         return None;
     }
     Some(json!({ "metadata": { "uid": uid }, "status": status }))
+}
+
+/// [`pod_status_patch`] for a cached pod whose status moves to `phase`
+/// with `observedGeneration` set to `observed_generation`, and a
+/// `DisruptionTarget` `condition` upserted as [`crate::update_pod_condition`]
+/// does (the cache keeps that condition whole, and only the type and status
+/// of the others, which such a patch leaves alone). `None` when nothing
+/// would change. A condition of another type is ignored.
+pub fn disruption_status_patch(
+    pod: &CachedPod,
+    phase: &str,
+    observed_generation: Option<i64>,
+    condition: Option<PodCondition>,
+    now: Timestamp,
+) -> Option<Value> {
+    let mut status = Map::new();
+    if pod.phase() != phase {
+        status.insert("phase".into(), json!(phase));
+    }
+    if pod.observed_generation() != observed_generation {
+        status.insert("observedGeneration".into(), json!(observed_generation));
+    }
+    if let Some(mut c) = condition.filter(|c| c.type_ == DISRUPTION_TARGET) {
+        let old = pod.disruption_target();
+        c.last_transition_time = match old {
+            Some(o) if o.status == c.status => o.last_transition_time.clone(),
+            _ => Some(Time(now)),
+        };
+        let as_json = |c: &PodCondition| serde_json::to_value(c).unwrap_or(Value::Null);
+        let new_json = as_json(&c);
+        if old.is_none_or(|o| as_json(o) != new_json) {
+            let mut order: Vec<Value> = pod
+                .conditions()
+                .iter()
+                .map(|x| json!({ "type": &*x.type_ }))
+                .collect();
+            if old.is_none() {
+                order.push(json!({ "type": DISRUPTION_TARGET }));
+            }
+            status.insert("$setElementOrder/conditions".into(), Value::Array(order));
+            status.insert("conditions".into(), Value::Array(vec![new_json]));
+        }
+    }
+    if status.is_empty() {
+        return None;
+    }
+    Some(json!({ "metadata": { "uid": pod.uid() }, "status": status }))
 }
 
 #[cfg(test)]
@@ -123,6 +173,48 @@ mod tests {
             body["status"]["$setElementOrder/conditions"],
             json!([{ "type": "Ready" }, { "type": "DisruptionTarget" }])
         );
+    }
+
+    /// The lean builder gives the full one's body for the changes it
+    /// supports, on pods with and without a status, phase, generation and
+    /// an older DisruptionTarget.
+    #[test]
+    fn the_cached_pod_builder_matches_the_full_one() {
+        let now = Timestamp::from_second(100).expect("ts");
+        let dt = |reason: &str, status: &str| {
+            let mut c = disruption_target(reason, "m", Timestamp::from_second(50).expect("ts"));
+            c.status = status.into();
+            c
+        };
+        let mut pods = vec![Pod::default(), pod()];
+        let mut with_gen = pod();
+        with_gen.metadata.generation = Some(3);
+        pods.push(with_gen.clone());
+        for old in [dt("DeletionByPodGC", "True"), dt("Other", "True"), dt("X", "False")] {
+            let mut p = with_gen.clone();
+            if let Some(st) = p.status.as_mut() {
+                st.observed_generation = Some(3);
+                st.conditions.get_or_insert_with(Vec::new).push(old);
+            }
+            pods.push(p);
+        }
+        for p in &pods {
+            let cached = CachedPod::from(p);
+            for phase in ["Failed", "Running"] {
+                for cond in [None, Some(dt("DeletionByPodGC", "True"))] {
+                    let mut st = p.status.clone().unwrap_or_default();
+                    st.phase = Some(phase.into());
+                    st.observed_generation = p.metadata.generation;
+                    if let Some(c) = cond.clone() {
+                        update_pod_condition(&mut st, c, now);
+                    }
+                    let full = pod_status_patch(p, &st);
+                    let lean =
+                        disruption_status_patch(&cached, phase, p.metadata.generation, cond, now);
+                    assert_eq!(lean, full, "{p:?} {phase}");
+                }
+            }
+        }
     }
 
     #[test]

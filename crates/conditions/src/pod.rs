@@ -2,8 +2,9 @@
 //! semantics) and the pod and node predicates the controllers share.
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{Node, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kcm_pod::CachedPod;
 
 /// The first condition of `type_` in list order.
 pub fn get_pod_condition<'a>(
@@ -49,27 +50,23 @@ pub fn update_pod_condition(
 }
 
 /// The pod's phase, or "" when unset.
-pub fn phase(pod: &Pod) -> &str {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("")
+pub fn phase(pod: &CachedPod) -> &str {
+    pod.phase()
 }
 
 /// Phase `Succeeded` or `Failed`.
-pub fn is_pod_terminal(pod: &Pod) -> bool {
-    matches!(phase(pod), "Succeeded" | "Failed")
+pub fn is_pod_terminal(pod: &CachedPod) -> bool {
+    matches!(pod.phase(), "Succeeded" | "Failed")
 }
 
 /// The `Ready` condition exists and is `True` (phase is not consulted).
-pub fn is_pod_ready(pod: &Pod) -> bool {
-    get_pod_condition(pod.status.as_ref(), "Ready").is_some_and(|c| c.status == "True")
+pub fn is_pod_ready(pod: &CachedPod) -> bool {
+    pod.condition("Ready").is_some_and(|c| &*c.status == "True")
 }
 
 /// Evicted by the kubelet: phase `Failed` and `status.reason` `Evicted`.
-pub fn is_evicted(pod: &Pod) -> bool {
-    phase(pod) == "Failed"
-        && pod.status.as_ref().and_then(|s| s.reason.as_deref()) == Some("Evicted")
+pub fn is_evicted(pod: &CachedPod) -> bool {
+    pod.phase() == "Failed" && pod.reason_is_evicted()
 }
 
 /// The node's `Ready` condition exists and is `True`; absent means not ready.
@@ -158,15 +155,18 @@ mod tests {
 
     #[test]
     fn predicates() {
+        use k8s_openapi::api::core::v1::Pod;
         let mut p = Pod::default();
-        assert!(!is_pod_terminal(&p) && !is_pod_ready(&p) && !is_evicted(&p));
+        let cached = CachedPod::from(&p);
+        assert!(!is_pod_terminal(&cached) && !is_pod_ready(&cached) && !is_evicted(&cached));
         p.status = Some(PodStatus {
             phase: Some("Failed".into()),
             reason: Some("Evicted".into()),
             conditions: Some(vec![cond("Ready", "True", "")]),
             ..Default::default()
         });
-        assert!(is_pod_terminal(&p) && is_pod_ready(&p) && is_evicted(&p));
+        let cached = CachedPod::from(&p);
+        assert!(is_pod_terminal(&cached) && is_pod_ready(&cached) && is_evicted(&cached));
         assert!(!is_node_ready(&Node::default()));
     }
 }
