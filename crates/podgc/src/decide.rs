@@ -7,10 +7,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kcm_conditions::disruption::{MESSAGE_POD_GC_NODE_GONE, REASON_DELETION_BY_POD_GC};
 use kcm_conditions::pod::{is_evicted, is_node_ready, is_pod_terminal, phase};
-use kcm_conditions::{disruption_target, pod_status_patch, update_pod_condition};
+use kcm_conditions::{disruption_status_patch, disruption_target};
+use kcm_pod::CachedPod;
 
 /// The taint that marks a node out of service (node shutdown, KEP-2268).
 pub const TAINT_OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
@@ -69,20 +70,17 @@ pub struct Plan {
 }
 
 /// Anything but Pending, Running and Unknown (an empty phase included).
-pub fn is_terminated(pod: &Pod) -> bool {
+pub fn is_terminated(pod: &CachedPod) -> bool {
     !matches!(phase(pod), "Pending" | "Running" | "Unknown")
 }
 
-fn node_name(pod: &Pod) -> &str {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .unwrap_or("")
+fn node_name(pod: &CachedPod) -> &str {
+    pod.node_name().unwrap_or("")
 }
 
 /// Upstream's order: kubelet-evicted first, then older creation time, then
 /// name (namespace is not a tie-breaker).
-pub fn gc_order(a: &Pod, b: &Pod) -> Ordering {
+pub fn gc_order(a: &CachedPod, b: &CachedPod) -> Ordering {
     let (ea, eb) = (is_evicted(a), is_evicted(b));
     if ea != eb {
         return if ea {
@@ -91,41 +89,34 @@ pub fn gc_order(a: &Pod, b: &Pod) -> Ordering {
             Ordering::Greater
         };
     }
-    let ta = a.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    let tb = b.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    ta.cmp(&tb)
-        .then_with(|| a.metadata.name.as_deref().cmp(&b.metadata.name.as_deref()))
+    a.creation_timestamp()
+        .cmp(&b.creation_timestamp())
+        .then_with(|| a.name().cmp(b.name()))
 }
 
 /// The patch that moves a non-terminal pod to `Failed` (stamping
 /// `observedGeneration` as 1.34 does) and upserts `condition`; `None` for a
 /// terminal pod, which is deleted without a status change.
 pub fn mark_failed_patch(
-    pod: &Pod,
+    pod: &CachedPod,
     condition: Option<k8s_openapi::api::core::v1::PodCondition>,
     now: Timestamp,
 ) -> Option<serde_json::Value> {
     if is_pod_terminal(pod) {
         return None;
     }
-    let mut status = pod.status.clone().unwrap_or_default();
-    status.phase = Some("Failed".into());
-    status.observed_generation = pod.metadata.generation;
-    if let Some(c) = condition {
-        update_pod_condition(&mut status, c, now);
-    }
-    pod_status_patch(pod, &status)
+    disruption_status_patch(pod, "Failed", pod.generation(), condition, now)
 }
 
-fn collect(pod: &Pod, reason: Reason, condition: bool, now: Timestamp) -> Collect {
+fn collect(pod: &CachedPod, reason: Reason, condition: bool, now: Timestamp) -> Collect {
     let cond = condition.then(|| {
         let mut c = disruption_target(REASON_DELETION_BY_POD_GC, MESSAGE_POD_GC_NODE_GONE, now);
-        c.observed_generation = pod.metadata.generation;
+        c.observed_generation = pod.generation();
         c
     });
     Collect {
-        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-        name: pod.metadata.name.clone().unwrap_or_default(),
+        namespace: pod.namespace().to_string(),
+        name: pod.name().to_string(),
         reason,
         status_patch: mark_failed_patch(pod, cond, now),
     }
@@ -133,10 +124,10 @@ fn collect(pod: &Pod, reason: Reason, condition: bool, now: Timestamp) -> Collec
 
 /// The passes that need no API call to decide: terminated over threshold,
 /// out-of-service, missing nodes, unscheduled terminating.
-pub fn decide(pods: &[Arc<Pod>], nodes: &[Arc<Node>], now: Timestamp, cfg: Config) -> Plan {
+pub fn decide(pods: &[Arc<CachedPod>], nodes: &[Arc<Node>], now: Timestamp, cfg: Config) -> Plan {
     let mut plan = Plan::default();
     if cfg.terminated_pod_threshold > 0 {
-        let mut terminated: Vec<&Pod> = pods
+        let mut terminated: Vec<&CachedPod> = pods
             .iter()
             .map(Arc::as_ref)
             .filter(|p| is_terminated(p))
@@ -157,10 +148,10 @@ pub fn decide(pods: &[Arc<Pod>], nodes: &[Arc<Node>], now: Timestamp, cfg: Confi
         .iter()
         .filter_map(|n| Some((n.metadata.name.as_deref()?, n.as_ref())))
         .collect();
-    let mut oos: Vec<&Pod> = pods
+    let mut oos: Vec<&CachedPod> = pods
         .iter()
         .map(Arc::as_ref)
-        .filter(|p| p.metadata.deletion_timestamp.is_some())
+        .filter(|p| p.is_deleting())
         .filter(|p| {
             by_name.get(node_name(p)).is_some_and(|n| {
                 !is_node_ready(n)
@@ -185,7 +176,7 @@ pub fn decide(pods: &[Arc<Pod>], nodes: &[Arc<Node>], now: Timestamp, cfg: Confi
     plan.unscheduled = pods
         .iter()
         .map(Arc::as_ref)
-        .filter(|p| p.metadata.deletion_timestamp.is_some() && node_name(p).is_empty())
+        .filter(|p| p.is_deleting() && node_name(p).is_empty())
         .map(|p| collect(p, Reason::Unscheduled, false, now))
         .collect();
     plan
@@ -194,7 +185,7 @@ pub fn decide(pods: &[Arc<Pod>], nodes: &[Arc<Node>], now: Timestamp, cfg: Confi
 /// Pods bound to nodes confirmed deleted, each marked `Failed` with
 /// `DisruptionTarget` (reason `DeletionByPodGC`) unless the gate is off.
 pub fn decide_orphans(
-    pods: &[Arc<Pod>],
+    pods: &[Arc<CachedPod>],
     deleted_nodes: &BTreeSet<String>,
     now: Timestamp,
     cfg: Config,

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kcm_pod::CachedPod;
 use kcm_runtime::host::{Host, Progress};
 use kcm_runtime::informer::Informer;
 use kcm_runtime::workqueue::WorkQueue;
@@ -36,7 +37,7 @@ pub enum GcError {
 
 pub struct PodGc {
     pub client: kube::Client,
-    pub pods: Arc<Informer<Pod>>,
+    pub pods: Arc<Informer<CachedPod>>,
     pub nodes: Arc<Informer<Node>>,
     pub queue: WorkQueue<String>,
     pub config: Config,

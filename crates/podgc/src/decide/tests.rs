@@ -1,4 +1,6 @@
-use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus, PodSpec, PodStatus, Taint};
+use k8s_openapi::api::core::v1::{
+    NodeCondition, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus, Taint,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::*;
@@ -7,8 +9,13 @@ fn ts(s: i64) -> Timestamp {
     Timestamp::from_second(s).expect("ts")
 }
 
-fn pod(name: &str, phase: &str, created: i64, node: &str) -> Arc<Pod> {
-    Arc::new(Pod {
+fn pod(name: &str, phase: &str, created: i64, node: &str) -> Arc<CachedPod> {
+    Arc::new(full(name, phase, created, node).into())
+}
+
+/// The API pod [`pod`] caches.
+fn full(name: &str, phase: &str, created: i64, node: &str) -> Pod {
+    Pod {
         metadata: ObjectMeta {
             name: Some(name.into()),
             namespace: Some("ns".into()),
@@ -25,21 +32,19 @@ fn pod(name: &str, phase: &str, created: i64, node: &str) -> Arc<Pod> {
             phase: (!phase.is_empty()).then(|| phase.to_string()),
             ..Default::default()
         }),
-    })
+    }
 }
 
-fn deleting(p: Arc<Pod>) -> Arc<Pod> {
-    let mut p = (*p).clone();
+fn deleting(mut p: Pod) -> Arc<CachedPod> {
     p.metadata.deletion_timestamp = Some(Time(ts(1)));
-    Arc::new(p)
+    Arc::new(p.into())
 }
 
-fn evicted(p: Arc<Pod>) -> Arc<Pod> {
-    let mut p = (*p).clone();
+fn evicted(mut p: Pod) -> Arc<CachedPod> {
     if let Some(s) = p.status.as_mut() {
         s.reason = Some("Evicted".into());
     }
-    Arc::new(p)
+    Arc::new(p.into())
 }
 
 fn node(name: &str, ready: bool, taints: &[&str]) -> Arc<Node> {
@@ -87,7 +92,7 @@ fn terminated_over_threshold_evicted_first_then_oldest_then_name() {
         pod("new", "Succeeded", 30, "n"),
         pod("b-old", "Failed", 10, "n"),
         pod("a-old", "Succeeded", 10, "n"),
-        evicted(pod("evicted", "Failed", 99, "n")),
+        evicted(full("evicted", "Failed", 99, "n")),
         pod("running", "Running", 1, "n"),
         pod("pending", "Pending", 1, "n"),
         pod("unknown", "Unknown", 1, "n"),
@@ -128,12 +133,12 @@ fn threshold_zero_or_not_exceeded_collects_nothing() {
 #[test]
 fn out_of_service_needs_deleting_pod_not_ready_node_and_the_taint() {
     let pods = vec![
-        deleting(pod("oos", "Running", 2, "down")),
-        deleting(pod("oos-old", "Running", 1, "down")),
+        deleting(full("oos", "Running", 2, "down")),
+        deleting(full("oos-old", "Running", 1, "down")),
         pod("not-deleting", "Running", 1, "down"),
-        deleting(pod("ready-node", "Running", 1, "up-tainted")),
-        deleting(pod("no-taint", "Running", 1, "down-plain")),
-        deleting(pod("unknown-node", "Running", 1, "ghost")),
+        deleting(full("ready-node", "Running", 1, "up-tainted")),
+        deleting(full("no-taint", "Running", 1, "down-plain")),
+        deleting(full("unknown-node", "Running", 1, "ghost")),
     ];
     let nodes = [
         node("down", false, &[TAINT_OUT_OF_SERVICE]),
@@ -196,9 +201,9 @@ fn gate_off_orphans_fail_without_the_condition() {
 #[test]
 fn unscheduled_terminating_pods() {
     let pods = vec![
-        deleting(pod("u", "Pending", 1, "")),
+        deleting(full("u", "Pending", 1, "")),
         pod("pending", "Pending", 1, ""),
-        deleting(pod("bound", "Running", 1, "n")),
+        deleting(full("bound", "Running", 1, "n")),
     ];
     let plan = decide(&pods, &[node("n", true, &[])], ts(9), CFG);
     assert_eq!(names(&plan.unscheduled), vec!["u"]);
