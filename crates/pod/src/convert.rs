@@ -1,10 +1,11 @@
 //! A [`CachedPod`] from a full `Pod` (tests, tools, pods a controller
 //! fetched), and the API references writes and events are built from.
 
+use k8s_openapi::api::core::v1::Toleration as ApiToleration;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-use crate::{CachedPod, ControllerRef};
+use crate::{CachedPod, ControllerRef, Toleration};
 
 impl From<&Pod> for CachedPod {
     /// Through the same decoder the watch uses, so a test that builds a
@@ -49,6 +50,20 @@ impl ControllerRef {
             uid: self.uid.to_string(),
             controller: Some(true),
             block_owner_deletion: self.block_owner_deletion,
+        }
+    }
+}
+
+impl Toleration {
+    /// As the API type.
+    pub fn to_api(&self) -> ApiToleration {
+        let s = |v: &Option<Box<str>>| v.as_deref().map(str::to_string);
+        ApiToleration {
+            key: s(&self.key),
+            operator: s(&self.operator),
+            value: s(&self.value),
+            effect: s(&self.effect),
+            toleration_seconds: self.toleration_seconds,
         }
     }
 }

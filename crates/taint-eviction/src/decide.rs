@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Taint, Toleration};
+use k8s_openapi::api::core::v1::Taint;
+use kcm_pod::Toleration;
 use tokio::time::Instant;
 
 /// The only taint effect this controller acts on.

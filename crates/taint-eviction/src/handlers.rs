@@ -9,31 +9,22 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
+use k8s_openapi::api::core::v1::Node;
+use kcm_pod::{CachedPod, Toleration};
 use kcm_runtime::informer::{Change, Informer};
 use kcm_runtime::workqueue::WorkQueue;
 
 use crate::decide::{no_execute_taints, same_taints};
 use crate::manager::PodItem;
 
-fn node_name(pod: &Pod) -> &str {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .unwrap_or("")
-}
-
-fn tolerations(pod: &Pod) -> &[Toleration] {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.tolerations.as_deref())
-        .unwrap_or_default()
+fn node_name(pod: &CachedPod) -> &str {
+    pod.node_name().unwrap_or("")
 }
 
 /// Go's semantic equality of two toleration lists: same order, and absent
 /// strings equal to empty ones.
 fn same_tolerations(a: &[Toleration], b: &[Toleration]) -> bool {
-    fn s(v: &Option<String>) -> &str {
+    fn s(v: &Option<Box<str>>) -> &str {
         v.as_deref().unwrap_or("")
     }
     a.len() == b.len()
@@ -47,20 +38,20 @@ fn same_tolerations(a: &[Toleration], b: &[Toleration]) -> bool {
 }
 
 /// The work item for a pod as it is (or was last seen).
-pub fn pod_item(pod: &Pod) -> PodItem {
+pub fn pod_item(pod: &CachedPod) -> PodItem {
     PodItem {
-        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-        name: pod.metadata.name.clone().unwrap_or_default(),
+        namespace: pod.namespace().to_string(),
+        name: pod.name().to_string(),
         node_name: node_name(pod).to_string(),
     }
 }
 
 /// The work item a pod change produces, if any.
-pub fn pod_change(change: &Change<Pod>) -> Option<PodItem> {
+pub fn pod_change(change: &Change<CachedPod>) -> Option<PodItem> {
     match change {
         Change::Added(p) | Change::Deleted(p) => Some(pod_item(p)),
         Change::Updated { old, new } => {
-            let same = same_tolerations(tolerations(old), tolerations(new))
+            let same = same_tolerations(old.tolerations(), new.tolerations())
                 && node_name(old) == node_name(new);
             (!same).then(|| pod_item(new))
         }
@@ -86,12 +77,12 @@ pub fn node_change(change: &Change<Node>) -> Option<String> {
 
 /// Registers both handlers; they only add keys to the queues.
 pub fn register(
-    pods: &Informer<Pod>,
+    pods: &Informer<CachedPod>,
     nodes: &Informer<Node>,
     pod_queue: WorkQueue<PodItem>,
     node_queue: WorkQueue<String>,
 ) {
-    pods.add_handler(Arc::new(move |c: &Change<Pod>| {
+    pods.add_handler(Arc::new(move |c: &Change<CachedPod>| {
         if let Some(item) = pod_change(c) {
             pod_queue.add(item);
         }
@@ -106,11 +97,16 @@ pub fn register(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{NodeSpec, PodSpec, PodStatus, Taint};
+    use k8s_openapi::api::core::v1::{NodeSpec, Pod, PodSpec, PodStatus, Taint};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-    fn pod(node: Option<&str>, tolerations: Option<Vec<Toleration>>) -> Arc<Pod> {
-        Arc::new(Pod {
+    fn pod(node: Option<&str>, tolerations: Option<Vec<Toleration>>) -> Arc<CachedPod> {
+        Arc::new(CachedPod::from(full_pod(node, tolerations)))
+    }
+
+    fn full_pod(node: Option<&str>, tolerations: Option<Vec<Toleration>>) -> Pod {
+        let tolerations = tolerations.map(|v| v.iter().map(Toleration::to_api).collect());
+        Pod {
             metadata: ObjectMeta {
                 namespace: Some("ns".into()),
                 name: Some("p".into()),
@@ -122,7 +118,7 @@ mod tests {
                 ..Default::default()
             }),
             ..Default::default()
-        })
+        }
     }
 
     fn node(taints: Option<Vec<Taint>>) -> Arc<Node> {
@@ -173,13 +169,14 @@ mod tests {
     #[test]
     fn pod_updates_count_only_for_tolerations_or_node() {
         let a = pod(Some("n1"), Some(vec![tol("k", Some(10))]));
-        let mut status_only = (*a).clone();
+        let mut status_only = full_pod(Some("n1"), Some(vec![tol("k", Some(10))]));
         status_only.status = Some(PodStatus {
             phase: Some("Running".into()),
             ..Default::default()
         });
         status_only.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
-        assert_eq!(pod_change(&upd(a.clone(), Arc::new(status_only))), None);
+        let status_only = Arc::new(CachedPod::from(status_only));
+        assert_eq!(pod_change(&upd(a.clone(), status_only)), None);
 
         let more = pod(Some("n1"), Some(vec![tol("k", Some(10)), tol("j", None)]));
         assert!(pod_change(&upd(a.clone(), more)).is_some());
@@ -196,7 +193,7 @@ mod tests {
             None
         );
         let mut empty_value = tol("k", Some(10));
-        empty_value.value = Some(String::new());
+        empty_value.value = Some("".into());
         assert_eq!(
             pod_change(&upd(a, pod(Some("n1"), Some(vec![empty_value])))),
             None

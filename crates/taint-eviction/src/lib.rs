@@ -24,8 +24,9 @@ pub mod workers;
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kcm_features::Feature;
+use kcm_pod::CachedPod;
 use kcm_runtime::controller::{ControllerContext, ControllerSpec, InitError, Started};
 use kcm_runtime::events::Recorder;
 use kcm_runtime::host::{Guarded, Host};
@@ -59,7 +60,7 @@ pub const SPEC: ControllerSpec = ControllerSpec {
 /// handlers and returns the workers. Must run inside a tokio runtime.
 fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     let client = ctx.client(NAME)?;
-    let pods = ctx.informers.informer::<Pod>();
+    let pods = ctx.informers.informer::<CachedPod>();
     pods.add_index(BY_NODE_NAME, pod_node_index());
     let nodes = ctx.informers.informer::<Node>();
     metrics::metrics();
@@ -119,7 +120,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
 /// pending evictions and waits for the running ones.
 async fn run(
     host: Host,
-    pods: Arc<Informer<Pod>>,
+    pods: Arc<Informer<CachedPod>>,
     nodes: Arc<Informer<Node>>,
     manager: Arc<TaintManager>,
     node_queue: WorkQueue<String>,

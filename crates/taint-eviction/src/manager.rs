@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Taint};
+use kcm_pod::CachedPod;
 use kcm_runtime::informer::{BY_NODE_NAME, Informer};
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -27,15 +28,15 @@ pub struct PodItem {
 pub trait Cache: Send + Sync {
     fn node(&self, name: &str) -> Option<Arc<Node>>;
     /// The pod by `namespace/name`.
-    fn pod(&self, key: &str) -> Option<Arc<Pod>>;
+    fn pod(&self, key: &str) -> Option<Arc<CachedPod>>;
     /// Every pod bound to the node, terminal and terminating ones included.
-    fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>>;
+    fn pods_on_node(&self, node: &str) -> Vec<Arc<CachedPod>>;
 }
 
 /// [`Cache`] over the shared informers (the pod informer must have the
 /// [`BY_NODE_NAME`] index).
 pub struct InformerCache {
-    pub pods: Arc<Informer<Pod>>,
+    pub pods: Arc<Informer<CachedPod>>,
     pub nodes: Arc<Informer<Node>>,
 }
 
@@ -43,10 +44,10 @@ impl Cache for InformerCache {
     fn node(&self, name: &str) -> Option<Arc<Node>> {
         self.nodes.store().get(name)
     }
-    fn pod(&self, key: &str) -> Option<Arc<Pod>> {
+    fn pod(&self, key: &str) -> Option<Arc<CachedPod>> {
         self.pods.store().get(key)
     }
-    fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>> {
+    fn pods_on_node(&self, node: &str) -> Vec<Arc<CachedPod>> {
         self.pods.store().by_index(BY_NODE_NAME, node)
     }
 }
@@ -60,18 +61,12 @@ pub struct TaintManager {
     events: Arc<dyn EvictionEvents>,
 }
 
-fn node_of(pod: &Pod) -> &str {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .unwrap_or("")
+fn node_of(pod: &CachedPod) -> &str {
+    pod.node_name().unwrap_or("")
 }
 
-fn ns_name(pod: &Pod) -> (&str, &str) {
-    (
-        pod.metadata.namespace.as_deref().unwrap_or(""),
-        pod.metadata.name.as_deref().unwrap_or(""),
-    )
+fn ns_name(pod: &CachedPod) -> (&str, &str) {
+    (pod.namespace(), pod.name())
 }
 
 impl TaintManager {
@@ -168,20 +163,16 @@ impl TaintManager {
         self.process_pod_on_node(&pod, node, &taints, Instant::now());
     }
 
-    fn process_pod_on_node(&self, pod: &Pod, node: &str, taints: &[Taint], now: Instant) {
+    fn process_pod_on_node(&self, pod: &CachedPod, node: &str, taints: &[Taint], now: Instant) {
         let (ns, name) = ns_name(pod);
         let key = pod_key(ns, name);
-        let tolerations = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.tolerations.as_deref())
-            .unwrap_or_default();
+        let tolerations = pod.tolerations();
         self.drop_stale(pod);
         let scheduled = self.evictions.get(&key).is_some();
         let args = || WorkArgs {
             namespace: ns.to_string(),
             name: name.to_string(),
-            uid: pod.metadata.uid.clone(),
+            uid: Some(pod.uid().to_string()).filter(|u| !u.is_empty()),
             node: node.to_string(),
         };
         match decide(taints, tolerations, scheduled, now) {
@@ -203,11 +194,11 @@ impl TaintManager {
     /// Cancels an eviction scheduled for an earlier pod of this name: that
     /// pod is gone (upstream keys by name only and would let it fire, deleting
     /// the namesake).
-    fn drop_stale(&self, pod: &Pod) {
+    fn drop_stale(&self, pod: &CachedPod) {
         let (ns, name) = ns_name(pod);
         if let Some(s) = self.evictions.get(&pod_key(ns, name))
             && s.uid.is_some()
-            && s.uid != pod.metadata.uid
+            && s.uid.as_deref() != Some(pod.uid()).filter(|u| !u.is_empty())
         {
             tracing::debug!(pod = %pod_key(ns, name), "pod was replaced by a namesake; cancelling its eviction");
             self.cancel_with_event(ns, name);

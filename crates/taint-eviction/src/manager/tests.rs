@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{NodeSpec, PodSpec, Toleration};
+use k8s_openapi::api::core::v1::{NodeSpec, Pod, PodSpec, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::*;
@@ -13,17 +13,17 @@ use crate::timed_queue::WorkFn;
 #[derive(Default)]
 struct FakeCache {
     nodes: Mutex<HashMap<String, Arc<Node>>>,
-    pods: Mutex<HashMap<String, Arc<Pod>>>,
+    pods: Mutex<HashMap<String, Arc<CachedPod>>>,
 }
 
 impl Cache for FakeCache {
     fn node(&self, name: &str) -> Option<Arc<Node>> {
         self.nodes.lock().get(name).cloned()
     }
-    fn pod(&self, key: &str) -> Option<Arc<Pod>> {
+    fn pod(&self, key: &str) -> Option<Arc<CachedPod>> {
         self.pods.lock().get(key).cloned()
     }
-    fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>> {
+    fn pods_on_node(&self, node: &str) -> Vec<Arc<CachedPod>> {
         let mut pods: Vec<_> = self
             .pods
             .lock()
@@ -31,7 +31,7 @@ impl Cache for FakeCache {
             .filter(|p| node_of(p) == node)
             .cloned()
             .collect();
-        pods.sort_by_key(|p| p.metadata.name.clone());
+        pods.sort_by_key(|p| p.name().to_string());
         pods
     }
 }
@@ -148,7 +148,7 @@ impl Fixture {
         self.cache
             .pods
             .lock()
-            .insert(format!("ns/{name}"), Arc::new(pod));
+            .insert(format!("ns/{name}"), Arc::new(CachedPod::from(pod)));
     }
 
     fn pod(&self, name: &str, uid: &str, node: &str, tolerations: &[(&str, Option<i64>)]) {
