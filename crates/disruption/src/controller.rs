@@ -8,6 +8,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, ReplicationController};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kcm_pod::CachedPod;
 use kcm_runtime::events::{EventType, Recorder};
 use kcm_runtime::host::Host;
 use kcm_runtime::informer::{BY_NAMESPACE, Change, Informer, object_key};
@@ -101,7 +102,7 @@ impl Finder for LiveFinder<'_> {
 /// Everything the workers share.
 pub struct Controller {
     pub client: kube::Client,
-    pub pods: Arc<Informer<Pod>>,
+    pub pods: Arc<Informer<CachedPod>>,
     pub pdbs: Arc<Informer<PodDisruptionBudget>>,
     pub owners: Owners,
     pub scale: ScaleClient,
@@ -122,16 +123,15 @@ pub struct Controller {
 impl Controller {
     /// PDBs in the pod's namespace selecting it, by name (upstream's order
     /// is the cache's, i.e. arbitrary); unparsable selectors are skipped.
-    fn pdbs_for_pod(&self, pod: &Pod) -> Vec<Arc<PodDisruptionBudget>> {
-        let ns = pod.namespace().unwrap_or_default();
+    fn pdbs_for_pod(&self, pod: &CachedPod) -> Vec<Arc<PodDisruptionBudget>> {
         let mut found: Vec<_> = self
             .pdbs
             .store()
-            .by_index(BY_NAMESPACE, &ns)
+            .by_index(BY_NAMESPACE, pod.namespace())
             .into_iter()
             .filter(|pdb| {
                 Selector::parse(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()))
-                    .is_ok_and(|s| s.matches(pod.metadata.labels.as_ref()))
+                    .is_ok_and(|s| s.matches(pod.labels()))
             })
             .collect();
         found.sort_by_key(|p| p.name_any());
@@ -140,20 +140,16 @@ impl Controller {
 
     /// `getPdbForPod` + enqueue: the first match, with a Warning on the pod
     /// when several match.
-    fn enqueue_pdb_for_pod(&self, pod: &Pod) {
+    fn enqueue_pdb_for_pod(&self, pod: &CachedPod) {
         let pdbs = self.pdbs_for_pod(pod);
         let Some(first) = pdbs.first() else {
             return;
         };
         if pdbs.len() > 1 {
-            let msg = ev::multiple_pdbs_message(
-                &pod.namespace().unwrap_or_default(),
-                &pod.name_any(),
-                &first.name_any(),
-            );
+            let msg = ev::multiple_pdbs_message(pod.namespace(), pod.name(), &first.name_any());
             tracing::info!(pod = %object_key(pod), "{msg}");
             self.recorder.event(
-                &pod.object_ref(&()),
+                &pod.object_reference(),
                 EventType::Warning,
                 ev::MULTIPLE_PDBS,
                 msg,
@@ -162,7 +158,7 @@ impl Controller {
         self.queue.add(object_key(first.as_ref()));
     }
 
-    fn check_stale(&self, pod: &Pod) {
+    fn check_stale(&self, pod: &CachedPod) {
         let Some(timeout) = self.stale_timeout else {
             return;
         };
@@ -180,7 +176,7 @@ impl Controller {
             }));
         let me = Arc::clone(self);
         self.pods
-            .add_handler(Arc::new(move |c: &Change<Pod>| match c {
+            .add_handler(Arc::new(move |c: &Change<CachedPod>| match c {
                 Change::Added(p) | Change::Updated { new: p, .. } => {
                     me.enqueue_pdb_for_pod(p);
                     me.check_stale(p);
@@ -190,7 +186,7 @@ impl Controller {
     }
 
     /// Selected pods, sorted by name.
-    fn pods_for(&self, pdb: &PodDisruptionBudget) -> Result<Vec<Arc<Pod>>, SelectorError> {
+    fn pods_for(&self, pdb: &PodDisruptionBudget) -> Result<Vec<Arc<CachedPod>>, SelectorError> {
         let sel = Selector::parse(pdb.spec.as_ref().and_then(|s| s.selector.as_ref()))?;
         let ns = pdb.namespace().unwrap_or_default();
         let mut pods: Vec<_> = self
@@ -198,9 +194,9 @@ impl Controller {
             .store()
             .by_index(BY_NAMESPACE, &ns)
             .into_iter()
-            .filter(|p| sel.matches(p.metadata.labels.as_ref()))
+            .filter(|p| sel.matches(p.labels()))
             .collect();
-        pods.sort_by_key(|p| p.name_any());
+        pods.sort_by(|a, b| a.name().cmp(b.name()));
         Ok(pods)
     }
 
@@ -239,7 +235,7 @@ impl Controller {
                 ev::MSG_NO_MATCHING_PODS.into(),
             );
         }
-        let refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+        let refs: Vec<&CachedPod> = pods.iter().map(AsRef::as_ref).collect();
         let spec = pdb.spec.clone().unwrap_or_default();
         let finder = LiveFinder {
             owners: &self.owners,
@@ -275,10 +271,10 @@ impl Controller {
         let now = self.clock.now();
         let disrupted = status::build_disrupted_pod_map(&refs, pdb, now);
         for name in &disrupted.not_deleted {
-            if let Some(pod) = pods.iter().find(|p| p.name_any() == *name) {
+            if let Some(pod) = pods.iter().find(|p| p.name() == name) {
                 tracing::info!(pod = %name, "pod was expected to be deleted but it wasn't, updating PDB");
                 self.recorder.event(
-                    &pod.object_ref(&()),
+                    &pod.object_reference(),
                     EventType::Warning,
                     ev::NOT_DELETED,
                     ev::not_deleted_message(&pdb.namespace().unwrap_or_default()),
@@ -329,10 +325,21 @@ impl Controller {
                 self.stale.add_after(key.to_string(), d);
                 Ok(())
             }
-            StaleAction::Reset(next) => {
-                let api: Api<Pod> =
-                    Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
-                api.replace_status(&pod.name_any(), &PostParams::default(), &next)
+            StaleAction::Reset => {
+                let api: Api<Pod> = Api::namespaced(self.client.clone(), pod.namespace());
+                // The cache keeps part of the status; the PUT replaces all
+                // of it, so it sends the stored pod, preconditioned on the
+                // cached resourceVersion as upstream's update of its cache.
+                let Some(mut next) = api.get_opt(pod.name()).await? else {
+                    return Ok(());
+                };
+                next.metadata.resource_version = Some(pod.resource_version().to_string());
+                let generation = next.metadata.generation;
+                let status = next.status.get_or_insert_with(Default::default);
+                if !stale::reset(status, generation, self.clock.now()) {
+                    return Ok(());
+                }
+                api.replace_status(pod.name(), &PostParams::default(), &next)
                     .await?;
                 tracing::info!("Reset stale DisruptionTarget condition to False");
                 Ok(())

@@ -8,10 +8,10 @@
 use std::collections::HashMap;
 use std::future::Future;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kcm_pod::{CachedPod, ControllerRef};
 
 /// Why the expected count could not be computed; the text is what upstream
 /// puts in the event and the `SyncFailed` condition message.
@@ -88,12 +88,8 @@ fn parse_atoi(s: &str) -> Option<i64> {
 }
 
 /// The pod's controller ownerReference, if any.
-pub fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
-    pod.metadata
-        .owner_references
-        .as_deref()?
-        .iter()
-        .find(|o| o.controller == Some(true))
+pub fn controller_of(pod: &CachedPod) -> Option<&ControllerRef> {
+    pod.controller()
 }
 
 /// Whether the PDB's arithmetic needs its pods' controllers' scale:
@@ -114,26 +110,28 @@ pub struct Scales {
 
 impl Scales {
     /// Looks up each distinct controller of `pods` (the I/O half).
-    pub async fn fetch<F: Finder>(pods: &[&Pod], finder: &F) -> Scales {
+    pub async fn fetch<F: Finder>(pods: &[&CachedPod], finder: &F) -> Scales {
         let mut out = Scales::default();
         for pod in pods {
             let Some(owner) = controller_of(pod) else {
                 continue;
             };
-            if out.found.contains_key(&owner.uid) {
+            if out.found.contains_key(&*owner.uid) {
                 continue;
             }
-            let ns = pod.metadata.namespace.as_deref().unwrap_or("");
-            match finder.find(owner, ns).await {
+            match finder
+                .find(&owner.to_owner_reference(), pod.namespace())
+                .await
+            {
                 Ok(found) => {
                     let stop = found.is_none();
-                    out.found.insert(owner.uid.clone(), found);
+                    out.found.insert(owner.uid.to_string(), found);
                     if stop {
                         break;
                     }
                 }
                 Err(e) => {
-                    out.failed = Some((owner.uid.clone(), e));
+                    out.failed = Some((owner.uid.to_string(), e));
                     break;
                 }
             }
@@ -153,21 +151,24 @@ impl Scales {
 /// Sum of the distinct controllers' scale over `pods`, plus the names of
 /// pods without a controller; the first owner that failed or that nobody
 /// claims aborts (pure: the lookups were done by [`Scales::fetch`]).
-pub fn expected_scale(pods: &[&Pod], scales: &Scales) -> Result<(i32, Vec<String>), ExpectedError> {
+pub fn expected_scale(
+    pods: &[&CachedPod],
+    scales: &Scales,
+) -> Result<(i32, Vec<String>), ExpectedError> {
     let mut sums: HashMap<&str, i32> = HashMap::new();
     let mut unmanaged = Vec::new();
     for pod in pods {
-        let name = pod.metadata.name.clone().unwrap_or_default();
+        let name = pod.name().to_string();
         let Some(owner) = controller_of(pod) else {
             unmanaged.push(name);
             continue;
         };
         if let Some((uid, e)) = &scales.failed
-            && *uid == owner.uid
+            && **uid == *owner.uid
         {
             return Err(e.clone());
         }
-        match scales.found.get(&owner.uid) {
+        match scales.found.get(&*owner.uid) {
             // Keyed by the UID the finder reports: a Deployment's, for pods
             // of its ReplicaSets, so sibling ReplicaSets count it once.
             Some(Some(s)) => {
@@ -185,7 +186,7 @@ pub fn expected_scale(pods: &[&Pod], scales: &Scales) -> Result<(i32, Vec<String
 /// `getExpectedPodCount`, over scales fetched beforehand (see [`needs_scale`]).
 pub fn expected_pod_count(
     spec: &PodDisruptionBudgetSpec,
-    pods: &[&Pod],
+    pods: &[&CachedPod],
     scales: &Scales,
 ) -> Result<Expected, ExpectedError> {
     if let Some(max_unavailable) = &spec.max_unavailable {

@@ -34,9 +34,9 @@ pub mod status;
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kcm_features::Feature;
+use kcm_pod::CachedPod;
 use kcm_runtime::controller::{ControllerContext, ControllerSpec, InitError, Started};
 use kcm_runtime::events::Recorder;
 use kcm_runtime::informer::{BY_NAMESPACE, namespace_index};
@@ -68,7 +68,7 @@ pub const SPEC: ControllerSpec = ControllerSpec {
 /// runtime.
 pub fn build(ctx: &ControllerContext) -> Result<Arc<Controller>, InitError> {
     let client = ctx.client(NAME)?;
-    let pods = ctx.informers.informer::<Pod>();
+    let pods = ctx.informers.informer::<CachedPod>();
     pods.add_index(BY_NAMESPACE, namespace_index());
     let pdbs = ctx.informers.informer::<PodDisruptionBudget>();
     pdbs.add_index(BY_NAMESPACE, namespace_index());

@@ -7,9 +7,10 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
 use kcm_conditions::disruption::{DISRUPTION_TARGET, REASON_TERMINATION_BY_KUBELET};
-use kcm_conditions::pod::{get_pod_condition, is_pod_terminal, update_pod_condition};
+use kcm_conditions::pod::{is_pod_terminal, update_pod_condition};
+use kcm_pod::CachedPod;
 
 /// What the stale worker does with a pod.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,17 +19,20 @@ pub enum StaleAction {
     Skip,
     /// A candidate whose condition is not old enough yet: look again then.
     RequeueAfter(Duration),
-    /// Send this pod by a full status update (fails on conflict).
-    Reset(Box<Pod>),
+    /// Reset the condition: fetch the whole pod (the cache keeps only part
+    /// of its status), apply [`reset`], and send it by a full status update
+    /// preconditioned on the cached resourceVersion (fails on conflict,
+    /// as upstream's update of its cached pod does).
+    Reset,
 }
 
 /// Time left before the pod's `DisruptionTarget` is stale, or `None` when
 /// the pod is not a candidate. A missing transition time counts as long ago.
-pub fn stale_wait(pod: &Pod, now: Timestamp, timeout: Duration) -> Option<Duration> {
-    if pod.metadata.deletion_timestamp.is_some() || is_pod_terminal(pod) {
+pub fn stale_wait(pod: &CachedPod, now: Timestamp, timeout: Duration) -> Option<Duration> {
+    if pod.is_deleting() || is_pod_terminal(pod) {
         return None;
     }
-    let cond = get_pod_condition(pod.status.as_ref(), DISRUPTION_TARGET)?;
+    let cond = pod.disruption_target()?;
     // The kubelet's condition may stay arbitrarily long before the pod
     // terminates; it is never stale.
     if cond.status != "True" || cond.reason.as_deref() == Some(REASON_TERMINATION_BY_KUBELET) {
@@ -44,29 +48,29 @@ pub fn stale_wait(pod: &Pod, now: Timestamp, timeout: Duration) -> Option<Durati
     Some(Duration::try_from(left).unwrap_or(Duration::ZERO))
 }
 
-/// The worker's decision for `pod` at `now`.
-pub fn decide(pod: &Pod, now: Timestamp, timeout: Duration) -> StaleAction {
+/// The worker's decision for `pod` at `now`. A stale condition is `True`,
+/// so resetting it to `False` always changes the pod.
+pub fn decide(pod: &CachedPod, now: Timestamp, timeout: Duration) -> StaleAction {
     match stale_wait(pod, now, timeout) {
         None => StaleAction::Skip,
         Some(left) if !left.is_zero() => StaleAction::RequeueAfter(left),
-        Some(_) => {
-            let mut next = pod.clone();
-            let status = next.status.get_or_insert_with(Default::default);
-            // PodObservedGenerationTracking is on by default from 1.34: the
-            // condition records the pod's generation.
-            let cond = PodCondition {
-                type_: DISRUPTION_TARGET.into(),
-                status: "False".into(),
-                observed_generation: pod.metadata.generation.filter(|g| *g != 0),
-                ..Default::default()
-            };
-            if update_pod_condition(status, cond, now) {
-                StaleAction::Reset(Box::new(next))
-            } else {
-                StaleAction::Skip
-            }
-        }
+        Some(_) => StaleAction::Reset,
     }
+}
+
+/// Sets `DisruptionTarget` to `False` with empty reason and message in a
+/// fetched pod's `status`; `generation` is the pod's. Returns whether
+/// anything changed.
+pub fn reset(status: &mut PodStatus, generation: Option<i64>, now: Timestamp) -> bool {
+    // PodObservedGenerationTracking is on by default from 1.34: the
+    // condition records the pod's generation.
+    let cond = PodCondition {
+        type_: DISRUPTION_TARGET.into(),
+        status: "False".into(),
+        observed_generation: generation.filter(|g| *g != 0),
+        ..Default::default()
+    };
+    update_pod_condition(status, cond, now)
 }
 
 #[cfg(test)]

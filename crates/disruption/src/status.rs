@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kcm_conditions::pdb::{
@@ -14,6 +13,7 @@ use kcm_conditions::pdb::{
     update_disruption_allowed_condition,
 };
 use kcm_conditions::pod::is_pod_ready;
+use kcm_pod::CachedPod;
 
 /// How long an eviction's `disruptedPods` entry keeps the pod out of
 /// `currentHealthy` while the pod is not yet being deleted (upstream
@@ -32,8 +32,8 @@ pub struct Disrupted {
     pub not_deleted: Vec<String>,
 }
 
-fn name(p: &Pod) -> &str {
-    p.metadata.name.as_deref().unwrap_or("")
+fn name(p: &CachedPod) -> &str {
+    p.name()
 }
 
 fn end_of(t: &Time) -> Timestamp {
@@ -44,7 +44,7 @@ fn end_of(t: &Time) -> Timestamp {
 /// being deleted are dropped; an entry whose window ended before `now` is
 /// dropped and reported.
 pub fn build_disrupted_pod_map(
-    pods: &[&Pod],
+    pods: &[&CachedPod],
     pdb: &PodDisruptionBudget,
     now: Timestamp,
 ) -> Disrupted {
@@ -53,7 +53,7 @@ pub fn build_disrupted_pod_map(
         return out;
     };
     for pod in pods {
-        if pod.metadata.deletion_timestamp.is_some() {
+        if pod.is_deleting() {
             continue;
         }
         let Some(at) = old.get(name(pod)) else {
@@ -74,10 +74,14 @@ pub fn build_disrupted_pod_map(
 
 /// `countHealthyPods`: Ready, not being deleted, and not inside an open
 /// `disruptedPods` window. Phase and minReadySeconds are not consulted.
-pub fn count_healthy(pods: &[&Pod], disrupted: &BTreeMap<String, Time>, now: Timestamp) -> i32 {
+pub fn count_healthy(
+    pods: &[&CachedPod],
+    disrupted: &BTreeMap<String, Time>,
+    now: Timestamp,
+) -> i32 {
     let healthy = pods
         .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| !p.is_deleting())
         .filter(|p| disrupted.get(name(p)).is_none_or(|at| end_of(at) <= now))
         .filter(|p| is_pod_ready(p))
         .count();

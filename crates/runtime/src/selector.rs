@@ -15,6 +15,30 @@ pub enum SelectorError {
     Values { op: String, detail: &'static str },
 }
 
+/// Labels a selector can look up: the API type's map (absent = none) or a
+/// cached pod's [`kcm_pod::Labels`].
+pub trait LabelSet {
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl LabelSet for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
+impl LabelSet for Option<&BTreeMap<String, String>> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.and_then(|m| m.label(key))
+    }
+}
+
+impl LabelSet for kcm_pod::Labels {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key)
+    }
+}
+
 /// A parsed selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selector {
@@ -77,18 +101,17 @@ impl Selector {
     }
 
     /// Whether a pod with `labels` is selected.
-    pub fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
-        let empty = BTreeMap::new();
-        let labels = labels.unwrap_or(&empty);
+    pub fn matches(&self, labels: &impl LabelSet) -> bool {
+        let one_of = |vs: &[String], v: &str| vs.iter().any(|x| x == v);
         match self {
             Selector::Nothing => false,
             Selector::Everything => true,
             Selector::Requirements(reqs) => reqs.iter().all(|r| match r {
-                Requirement::Equals(k, v) => labels.get(k) == Some(v),
-                Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
-                Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
-                Requirement::Exists(k) => labels.contains_key(k),
-                Requirement::DoesNotExist(k) => !labels.contains_key(k),
+                Requirement::Equals(k, v) => labels.label(k) == Some(v.as_str()),
+                Requirement::In(k, vs) => labels.label(k).is_some_and(|v| one_of(vs, v)),
+                Requirement::NotIn(k, vs) => labels.label(k).is_none_or(|v| !one_of(vs, v)),
+                Requirement::Exists(k) => labels.label(k).is_some(),
+                Requirement::DoesNotExist(k) => labels.label(k).is_none(),
             }),
         }
     }
@@ -110,8 +133,8 @@ mod tests {
     fn nil_selects_nothing_and_empty_everything() {
         assert_eq!(Selector::parse(None), Ok(Selector::Nothing));
         let all = Selector::parse(Some(&LabelSelector::default())).expect("ok");
-        assert!(all.matches(None));
-        assert!(!Selector::Nothing.matches(Some(&labels(&[("a", "b")]))));
+        assert!(all.matches(&None::<&BTreeMap<String, String>>));
+        assert!(!Selector::Nothing.matches(&labels(&[("a", "b")])));
     }
 
     #[test]
@@ -125,9 +148,9 @@ mod tests {
             }]),
         };
         let s = Selector::parse(Some(&sel)).expect("ok");
-        assert!(s.matches(Some(&labels(&[("app", "web")]))));
-        assert!(!s.matches(Some(&labels(&[("app", "web"), ("tier", "db")]))));
-        assert!(!s.matches(None));
+        assert!(s.matches(&labels(&[("app", "web")])));
+        assert!(!s.matches(&labels(&[("app", "web"), ("tier", "db")])));
+        assert!(!s.matches(&None::<&BTreeMap<String, String>>));
     }
 
     #[test]

@@ -8,6 +8,8 @@ use k8s_openapi::api::core::v1::{ReplicationController, ReplicationControllerSpe
 use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use k8s_openapi::api::core::v1::Pod;
+
 use super::*;
 use crate::owners::{OwnerCache, builtin_scale};
 
@@ -22,12 +24,12 @@ fn owner(api_version: &str, kind: &str, name: &str, uid: &str) -> OwnerReference
     }
 }
 
-fn pod(name: &str, owner: Option<OwnerReference>) -> Pod {
+fn pod(name: &str, owner: Option<OwnerReference>) -> CachedPod {
     let mut p = Pod::default();
     p.metadata.name = Some(name.into());
     p.metadata.namespace = Some("ns".into());
     p.metadata.owner_references = owner.map(|o| vec![o]);
-    p
+    p.into()
 }
 
 /// Answers by owner UID; unknown UIDs are "not mine".
@@ -74,10 +76,10 @@ fn pct(s: &str) -> IntOrString {
 
 async fn count(
     s: PodDisruptionBudgetSpec,
-    pods: &[Pod],
+    pods: &[CachedPod],
     f: &Fake,
 ) -> Result<Expected, ExpectedError> {
-    let refs: Vec<&Pod> = pods.iter().collect();
+    let refs: Vec<&CachedPod> = pods.iter().collect();
     let scales = if needs_scale(&s) {
         Scales::fetch(&refs, f).await
     } else {
@@ -86,7 +88,7 @@ async fn count(
     expected_pod_count(&s, &refs, &scales)
 }
 
-fn rs_pods(n: usize, uid: &str) -> Vec<Pod> {
+fn rs_pods(n: usize, uid: &str) -> Vec<CachedPod> {
     (0..n)
         .map(|i| {
             pod(

@@ -1,7 +1,8 @@
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::PodStatus;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kcm_conditions::pod::get_pod_condition;
 use kcm_runtime::workqueue::{RateLimit, WorkQueue};
 
 use super::*;
@@ -13,7 +14,11 @@ fn at(s: i64) -> Timestamp {
     Timestamp::from_second(2_000_000 + s).expect("valid")
 }
 
-fn pod(status: &str, reason: &str, since: Option<i64>, phase: &str) -> Pod {
+fn pod(status: &str, reason: &str, since: Option<i64>, phase: &str) -> CachedPod {
+    full(status, reason, since, phase).into()
+}
+
+fn full(status: &str, reason: &str, since: Option<i64>, phase: &str) -> Pod {
     let mut p = Pod::default();
     p.metadata.name = Some("p".into());
     p.metadata.namespace = Some("ns".into());
@@ -66,26 +71,27 @@ fn candidates_and_wait_time() {
         stale_wait(&pod("True", "X", Some(0), "Succeeded"), at(500), TIMEOUT),
         None
     );
-    let mut deleting = p.clone();
+    let mut deleting = full("True", "EvictionByEvictionAPI", Some(0), "Running");
     deleting.metadata.deletion_timestamp = Some(Time(at(1)));
-    assert_eq!(stale_wait(&deleting, at(500), TIMEOUT), None);
-    assert_eq!(stale_wait(&Pod::default(), at(0), TIMEOUT), None);
+    assert_eq!(stale_wait(&deleting.into(), at(500), TIMEOUT), None);
+    assert_eq!(stale_wait(&CachedPod::default(), at(0), TIMEOUT), None);
 }
 
 #[test]
 fn reset_sets_false_with_empty_reason_and_message() {
     let p = pod("True", "DeletionByTaintManager", Some(0), "Running");
-    let StaleAction::Reset(next) = decide(&p, at(120), TIMEOUT) else {
-        panic!("expected a reset");
-    };
-    let c = get_pod_condition(next.status.as_ref(), DISRUPTION_TARGET).expect("condition");
+    assert_eq!(decide(&p, at(120), TIMEOUT), StaleAction::Reset);
+    let fetched = full("True", "DeletionByTaintManager", Some(0), "Running");
+    let mut status = fetched.status.clone().expect("status");
+    assert!(reset(&mut status, fetched.metadata.generation, at(120)));
+    let c = get_pod_condition(Some(&status), DISRUPTION_TARGET).expect("condition");
     assert_eq!(c.status, "False");
     assert_eq!((c.reason.as_deref(), c.message.as_deref()), (None, None));
     assert_eq!(c.last_transition_time, Some(Time(at(120))));
     assert_eq!(c.observed_generation, Some(1));
-    assert_eq!(
-        next.metadata, p.metadata,
-        "resourceVersion kept: the PUT fails on conflict"
+    assert!(
+        !reset(&mut status, fetched.metadata.generation, at(130)),
+        "once"
     );
     assert_eq!(
         decide(&p, at(100), TIMEOUT),
@@ -110,7 +116,7 @@ async fn requeued_at_the_exact_remaining_time() {
     assert_eq!(start.elapsed(), Duration::from_secs(75));
     assert!(matches!(
         decide(&p, clock.now(), TIMEOUT),
-        StaleAction::Reset(_)
+        StaleAction::Reset
     ));
     queue.done(&key);
 

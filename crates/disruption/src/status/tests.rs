@@ -1,13 +1,15 @@
 use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
 use kcm_conditions::pdb::{REASON_INSUFFICIENT_PODS, REASON_SUFFICIENT_PODS};
 
+use k8s_openapi::api::core::v1::Pod;
+
 use super::*;
 
 fn at(s: i64) -> Timestamp {
     Timestamp::from_second(1_000_000 + s).expect("valid")
 }
 
-fn pod(name: &str, ready: bool, deleting: bool) -> Pod {
+fn pod(name: &str, ready: bool, deleting: bool) -> CachedPod {
     let mut p = Pod::default();
     p.metadata.name = Some(name.into());
     if deleting {
@@ -21,7 +23,7 @@ fn pod(name: &str, ready: bool, deleting: bool) -> Pod {
         }]),
         ..Default::default()
     });
-    p
+    p.into()
 }
 
 fn pdb(generation: i64, disrupted: &[(&str, i64)]) -> PodDisruptionBudget {
@@ -49,7 +51,7 @@ fn disrupted_pods_are_pruned_and_recheck_is_the_earliest_end() {
         pod("fresher", true, false),
         pod("going", true, true),
     ];
-    let refs: Vec<&Pod> = pods.iter().collect();
+    let refs: Vec<&CachedPod> = pods.iter().collect();
     // Evicted at 0 (ends 120), 50 (ends 170), 60; "going" is being deleted;
     // "gone" no longer exists.
     let p = pdb(
@@ -85,7 +87,7 @@ fn healthy_means_ready_not_deleting_not_disrupted() {
         pod("c", true, true),
         pod("d", true, false),
     ];
-    let refs: Vec<&Pod> = pods.iter().collect();
+    let refs: Vec<&CachedPod> = pods.iter().collect();
     let disrupted: BTreeMap<String, Time> = [("d".to_string(), Time(at(0)))].into();
     assert_eq!(count_healthy(&refs, &disrupted, at(10)), 1);
     assert_eq!(count_healthy(&refs, &BTreeMap::new(), at(10)), 2);

@@ -287,10 +287,7 @@ impl<K: Informable> Informer<K> {
             Event::Delete(obj) => {
                 let key = object_key(&obj);
                 let guard = self.handlers.read();
-                let last = self
-                    .store
-                    .remove(&key)
-                    .unwrap_or_else(|| Arc::new(obj));
+                let last = self.store.remove(&key).unwrap_or_else(|| Arc::new(obj));
                 for h in guard.iter() {
                     h(&Change::Deleted(Arc::clone(&last)));
                 }

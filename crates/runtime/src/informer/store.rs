@@ -206,7 +206,12 @@ pub fn namespace_index<K: Informable>() -> IndexFn<K> {
 
 /// Files pods under the UID of their controller ownerReference.
 pub fn pod_controller_uid_index() -> IndexFn<CachedPod> {
-    Arc::new(|p: &CachedPod| p.controller().map(|c| c.uid.to_string()).into_iter().collect())
+    Arc::new(|p: &CachedPod| {
+        p.controller()
+            .map(|c| c.uid.to_string())
+            .into_iter()
+            .collect()
+    })
 }
 
 /// Files objects under the UID of their controller ownerReference.
