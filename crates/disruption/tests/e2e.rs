@@ -249,6 +249,19 @@ async fn stale_disruption_target_is_reset_after_the_timeout() {
     assert_eq!(c.reason.as_deref().unwrap_or(""), "");
     assert_eq!(c.message.as_deref().unwrap_or(""), "");
     assert!(started.elapsed() >= Duration::from_secs(3));
+    // The reset PUTs the whole status (the cache holds only part of it): the
+    // rest of what the kubelet wrote survives.
+    let st = target.status.as_ref().expect("status");
+    assert!(st.start_time.is_some(), "startTime kept: {st:?}");
+    let cs = st.container_statuses.as_deref().unwrap_or_default();
+    assert!(
+        cs.len() == 1 && cs[0].state.as_ref().is_some_and(|s| s.running.is_some()),
+        "containerStatuses kept: {st:?}"
+    );
+    assert_eq!(
+        kcm_e2e::history::condition(&target, "Ready").map(|c| c.status.clone()),
+        Some("True".into())
+    );
     let k = kcm_e2e::history::condition(&kubelet, "DisruptionTarget").expect("condition");
     assert_eq!(k.status, "True", "TerminationByKubelet is never stale");
 }
