@@ -6,8 +6,8 @@
 //! Everything here is pure: pod-failure-policy decisions, pod finish times and
 //! the `ActivePods` deletion order come in as closures from the caller.
 //!
-//! Pod slices are generic over `P: Borrow<Pod>`, so `&[Arc<Pod>]`, `&[Pod]`
-//! and `&[&Pod]` all work; selections are returned as references into the
+//! CachedPod slices are generic over `P: Borrow<CachedPod>`, so `&[Arc<CachedPod>]`, `&[CachedPod]`
+//! and `&[&CachedPod]` all work; selections are returned as references into the
 //! input slice.
 
 use std::borrow::Borrow;
@@ -16,9 +16,8 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{
-    Container, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec,
-};
+use k8s_openapi::api::core::v1::{Container, EnvVar, EnvVarSource, ObjectFieldSelector, PodSpec};
+use kcm_pod::CachedPod;
 
 use crate::pods::{
     JOB_COMPLETION_INDEX, JOB_COMPLETION_INDEX_ENV, completion_index, completions,
@@ -59,7 +58,10 @@ fn sorted_vec(set: BTreeSet<i32>) -> Vec<i32> {
 }
 
 /// Indexes (known, any value) of the pods passing `keep`.
-fn indexes_of<P: Borrow<Pod>>(pods: &[P], keep: impl Fn(&Pod) -> bool) -> BTreeSet<i32> {
+fn indexes_of<P: Borrow<CachedPod>>(
+    pods: &[P],
+    keep: impl Fn(&CachedPod) -> bool,
+) -> BTreeSet<i32> {
     pods.iter()
         .map(Borrow::borrow)
         .filter(|p| keep(p))
@@ -71,7 +73,7 @@ fn indexes_of<P: Borrow<Pod>>(pods: &[P], keep: impl Fn(&Pod) -> bool) -> BTreeS
 /// is `status.completedIndexes` parsed against `spec.completions` and `merged`
 /// adds the indexes of pods that are `Succeeded`, have a valid index and still
 /// carry the tracking finalizer (i.e. are not counted yet).
-pub fn succeeded_indexes<P: Borrow<Pod>>(
+pub fn succeeded_indexes<P: Borrow<CachedPod>>(
     job: &Job,
     pods: &[P],
 ) -> (OrderedIntervals, OrderedIntervals) {
@@ -102,14 +104,14 @@ pub fn succeeded_indexes<P: Borrow<Pod>>(
 /// The closure is consulted only when `spec.podFailurePolicy` is set and only
 /// for pods that are failed ([`is_pod_failed`]); without a policy the verdict
 /// is `(true, false)` and the closure is not called.
-pub type FailureVerdict<'a> = &'a dyn Fn(&Pod) -> (bool, bool);
+pub type FailureVerdict<'a> = &'a dyn Fn(&CachedPod) -> (bool, bool);
 
 /// Upstream `isIndexFailed`: the pod is failed and either the policy says
 /// `FailIndex`, or the failure counts and the pod's
 /// `job-index-failure-count` annotation is `>= backoffLimitPerIndex` (so an
 /// index fails on its `backoffLimitPerIndex + 1`-th counted failure).
 /// Without `backoffLimitPerIndex` only `FailIndex` can fail an index.
-pub fn is_index_failed(job: &Job, pod: &Pod, verdict: FailureVerdict<'_>) -> bool {
+pub fn is_index_failed(job: &Job, pod: &CachedPod, verdict: FailureVerdict<'_>) -> bool {
     if !is_pod_failed(pod, job) {
         return false;
     }
@@ -128,7 +130,7 @@ pub fn is_index_failed(job: &Job, pod: &Pod, verdict: FailureVerdict<'_>) -> boo
 /// Upstream `calculateFailedIndexes`: `status.failedIndexes` (if set) parsed
 /// against `spec.completions`, plus the valid indexes of pods that still carry
 /// the tracking finalizer and satisfy [`is_index_failed`].
-pub fn failed_indexes<P: Borrow<Pod>>(
+pub fn failed_indexes<P: Borrow<CachedPod>>(
     job: &Job,
     pods: &[P],
     verdict: FailureVerdict<'_>,
@@ -153,7 +155,7 @@ pub fn failed_indexes<P: Borrow<Pod>>(
 /// `pods`, not in `failed` and — only with `podReplacementPolicy: Failed` —
 /// not held by a terminating pod. `pods` are all pods claimed by the Job
 /// (active and terminating ones are picked out here).
-pub fn first_pending_indexes<P: Borrow<Pod>>(
+pub fn first_pending_indexes<P: Borrow<CachedPod>>(
     job: &Job,
     pods: &[P],
     succeeded: &OrderedIntervals,
@@ -207,21 +209,22 @@ pub fn first_pending_indexes<P: Borrow<Pod>>(
 /// pick's and its finish time is not before the pick's. `finish_time` is the
 /// caller's back-off finish time; `None` orders before every timestamp (as Go's
 /// zero time does).
-pub fn pods_with_delayed_deletion_per_index<'a, P: Borrow<Pod>>(
+pub fn pods_with_delayed_deletion_per_index<'a, P: Borrow<CachedPod>>(
     job: &Job,
     pods: &'a [P],
     succeeded: &OrderedIntervals,
     failed: &OrderedIntervals,
     expected_rm_finalizers: &HashSet<String>,
-    finish_time: &dyn Fn(&Pod) -> Option<Timestamp>,
+    finish_time: &dyn Fn(&CachedPod) -> Option<Timestamp>,
 ) -> BTreeMap<i32, &'a P> {
     let active = indexes_of(pods, is_active);
-    let absolute =
-        |p: &Pod| i64::from(index_failure_count(p)) + i64::from(index_ignored_failure_count(p));
+    let absolute = |p: &CachedPod| {
+        i64::from(index_failure_count(p)) + i64::from(index_ignored_failure_count(p))
+    };
     let mut held: BTreeMap<i32, &'a P> = BTreeMap::new();
     for entry in pods {
-        let p: &Pod = entry.borrow();
-        let uid = p.metadata.uid.as_deref().unwrap_or("");
+        let p: &CachedPod = entry.borrow();
+        let uid = p.uid();
         if !has_tracking_finalizer(p) || expected_rm_finalizers.contains(uid) {
             continue;
         }
@@ -233,7 +236,7 @@ pub fn pods_with_delayed_deletion_per_index<'a, P: Borrow<Pod>>(
         }
         match held.get(&ix) {
             Some(pick) => {
-                let pick: &Pod = (*pick).borrow();
+                let pick: &CachedPod = (*pick).borrow();
                 if absolute(pick) <= absolute(p) && finish_time(p) >= finish_time(pick) {
                     held.insert(ix, entry);
                 }
@@ -256,10 +259,10 @@ pub fn pods_with_delayed_deletion_per_index<'a, P: Borrow<Pod>>(
 /// removed, the last is kept in `left`. The order of `to_remove` follows
 /// upstream: unknown-index pods, duplicates index by index except the highest
 /// valid index, out-of-range pods, then the highest valid index's duplicates.
-pub fn duplicated_index_pods_for_removal<'a, P: Borrow<Pod>>(
+pub fn duplicated_index_pods_for_removal<'a, P: Borrow<CachedPod>>(
     job: &Job,
     active_pods: &'a [P],
-    active_order: &dyn Fn(&Pod, &Pod) -> Ordering,
+    active_order: &dyn Fn(&CachedPod, &CachedPod) -> Ordering,
 ) -> (Vec<&'a P>, Vec<&'a P>) {
     let completions = completions(job);
     let key = |p: &P| completion_index(p.borrow()).unwrap_or(UNKNOWN_INDEX);
@@ -310,7 +313,7 @@ pub fn duplicated_index_pods_for_removal<'a, P: Borrow<Pod>>(
 /// Increments saturate at `i32::MAX`.
 pub fn new_index_failure_counts(
     job: &Job,
-    held_pod: Option<&Pod>,
+    held_pod: Option<&CachedPod>,
     counts_towards: bool,
 ) -> (i32, i32) {
     let Some(p) = held_pod else {

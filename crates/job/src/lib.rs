@@ -36,7 +36,7 @@ pub use settings::JobSettings;
 use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use kcm_pod::CachedPod;
 use kcm_runtime::controller::{ControllerContext, ControllerSpec, InitError, Started};
 use kcm_runtime::events::Recorder;
 
@@ -55,7 +55,7 @@ const NAME: &str = "job-controller";
 fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     let client = ctx.client(NAME)?;
     let jobs = ctx.informers.informer::<Job>();
-    let pods = ctx.informers.informer::<Pod>();
+    let pods = ctx.informers.informer::<CachedPod>();
     controller::add_indexes(&jobs, &pods);
     let port = controller::port::ApiPort::new(client.clone(), Recorder::new(client, NAME));
     let config = sync::Config::new(&ctx.features);

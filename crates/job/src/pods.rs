@@ -3,30 +3,24 @@
 //! job_controller.go `isPodFailed`, indexed_job_utils.go annotation readers).
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kcm_pod::{CachedPod, ControllerRef};
 
-/// The finalizer that keeps a pod until the controller has counted it.
-pub const JOB_TRACKING_FINALIZER: &str = "batch.kubernetes.io/job-tracking";
 /// Annotation (read) and label (written) holding a pod's completion index.
-pub const JOB_COMPLETION_INDEX: &str = "batch.kubernetes.io/job-completion-index";
+pub use kcm_pod::JOB_COMPLETION_INDEX;
 /// Failures of this index counted before this pod was created.
-pub const JOB_INDEX_FAILURE_COUNT: &str = "batch.kubernetes.io/job-index-failure-count";
+pub use kcm_pod::JOB_INDEX_FAILURE_COUNT;
 /// Ignored failures of this index before this pod was created.
-pub const JOB_INDEX_IGNORED_FAILURE_COUNT: &str =
-    "batch.kubernetes.io/job-index-ignored-failure-count";
+pub use kcm_pod::JOB_INDEX_IGNORED_FAILURE_COUNT;
+/// The finalizer that keeps a pod until the controller has counted it.
+pub use kcm_pod::JOB_TRACKING_FINALIZER;
 /// The `managedBy` value (or unset) that means "this controller".
 pub const JOB_CONTROLLER_NAME: &str = "kubernetes.io/job-controller";
 /// Env var carrying the completion index into Indexed pods.
 pub const JOB_COMPLETION_INDEX_ENV: &str = "JOB_COMPLETION_INDEX";
 
 /// The pod's controller ownerReference, if any.
-pub fn controller_of(pod: &Pod) -> Option<&OwnerReference> {
-    pod.metadata
-        .owner_references
-        .as_ref()?
-        .iter()
-        .find(|r| r.controller == Some(true))
+pub fn controller_of(pod: &CachedPod) -> Option<&ControllerRef> {
+    pod.controller()
 }
 
 /// Complete=True or Failed=True.
@@ -49,37 +43,31 @@ pub fn managed_by_other(job: &Job) -> Option<&str> {
 }
 
 /// Phase of a pod, "" when unset.
-pub fn phase(pod: &Pod) -> &str {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("")
+pub fn phase(pod: &CachedPod) -> &str {
+    pod.phase()
 }
 
-pub fn is_terminal(pod: &Pod) -> bool {
+pub fn is_terminal(pod: &CachedPod) -> bool {
     matches!(phase(pod), "Succeeded" | "Failed")
 }
 
 /// Not terminal and not being deleted.
-pub fn is_active(pod: &Pod) -> bool {
-    !is_terminal(pod) && pod.metadata.deletion_timestamp.is_none()
+pub fn is_active(pod: &CachedPod) -> bool {
+    !is_terminal(pod) && !pod.is_deleting()
 }
 
 /// Not terminal and being deleted.
-pub fn is_terminating(pod: &Pod) -> bool {
-    !is_terminal(pod) && pod.metadata.deletion_timestamp.is_some()
+pub fn is_terminating(pod: &CachedPod) -> bool {
+    !is_terminal(pod) && pod.is_deleting()
 }
 
 /// The `Ready` condition is True.
-pub fn is_ready(pod: &Pod) -> bool {
+pub fn is_ready(pod: &CachedPod) -> bool {
     kcm_conditions::pod::is_pod_ready(pod)
 }
 
-pub fn has_tracking_finalizer(pod: &Pod) -> bool {
-    pod.metadata
-        .finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|x| x == JOB_TRACKING_FINALIZER))
+pub fn has_tracking_finalizer(pod: &CachedPod) -> bool {
+    pod.has_tracking_finalizer()
 }
 
 /// `podReplacementPolicy: Failed` (or, as in 1.34, any pod failure policy):
@@ -92,27 +80,29 @@ pub fn only_replace_failed_pods(job: &Job) -> bool {
 
 /// Upstream `isPodFailed`: phase `Failed`; or, unless the Job replaces only
 /// failed pods, a pod being deleted that did not succeed.
-pub fn is_pod_failed(pod: &Pod, job: &Job) -> bool {
+pub fn is_pod_failed(pod: &CachedPod, job: &Job) -> bool {
     if phase(pod) == "Failed" {
         return true;
     }
     if only_replace_failed_pods(job) {
         return false;
     }
-    pod.metadata.deletion_timestamp.is_some() && phase(pod) != "Succeeded"
+    pod.is_deleting() && phase(pod) != "Succeeded"
 }
 
-fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
+fn annotation<'a>(pod: &'a CachedPod, key: &str) -> Option<&'a str> {
+    let a = pod.job_annotations();
+    match key {
+        JOB_COMPLETION_INDEX => a.completion_index.as_deref(),
+        JOB_INDEX_FAILURE_COUNT => a.index_failure_count.as_deref(),
+        JOB_INDEX_IGNORED_FAILURE_COUNT => a.index_ignored_failure_count.as_deref(),
+        _ => None,
+    }
 }
 
 /// The completion index from the annotation (never the label); missing,
 /// unparsable or negative means unknown (`None`).
-pub fn completion_index(pod: &Pod) -> Option<i32> {
+pub fn completion_index(pod: &CachedPod) -> Option<i32> {
     annotation(pod, JOB_COMPLETION_INDEX)?
         .parse::<i32>()
         .ok()
@@ -120,7 +110,7 @@ pub fn completion_index(pod: &Pod) -> Option<i32> {
 }
 
 /// A count annotation: missing → 0; unparsable, negative or above i32::MAX → 0.
-fn count_annotation(pod: &Pod, key: &str) -> i32 {
+fn count_annotation(pod: &CachedPod, key: &str) -> i32 {
     match annotation(pod, key) {
         None => 0,
         Some(v) => match v.parse::<i64>() {
@@ -141,12 +131,12 @@ fn count_annotation(pod: &Pod, key: &str) -> i32 {
 }
 
 /// `batch.kubernetes.io/job-index-failure-count`.
-pub fn index_failure_count(pod: &Pod) -> i32 {
+pub fn index_failure_count(pod: &CachedPod) -> i32 {
     count_annotation(pod, JOB_INDEX_FAILURE_COUNT)
 }
 
 /// `batch.kubernetes.io/job-index-ignored-failure-count`.
-pub fn index_ignored_failure_count(pod: &Pod) -> i32 {
+pub fn index_ignored_failure_count(pod: &CachedPod) -> i32 {
     count_annotation(pod, JOB_INDEX_IGNORED_FAILURE_COUNT)
 }
 
@@ -173,7 +163,7 @@ pub fn is_indexed(job: &Job) -> bool {
 }
 
 /// A valid index for this Job: known and below completions.
-pub fn valid_index(pod: &Pod, job: &Job) -> Option<i32> {
+pub fn valid_index(pod: &CachedPod, job: &Job) -> Option<i32> {
     completion_index(pod).filter(|i| *i < completions(job))
 }
 
@@ -182,13 +172,13 @@ mod tests {
     use std::collections::BTreeMap;
 
     use k8s_openapi::api::batch::v1::JobSpec;
-    use k8s_openapi::api::core::v1::PodStatus;
+    use k8s_openapi::api::core::v1::{Pod, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
     use super::*;
 
-    fn pod(phase: &str, deleting: bool, ann: &[(&str, &str)]) -> Pod {
-        Pod {
+    fn pod(phase: &str, deleting: bool, ann: &[(&str, &str)]) -> CachedPod {
+        CachedPod::from(Pod {
             metadata: ObjectMeta {
                 deletion_timestamp: deleting.then_some(Time(jiff::Timestamp::UNIX_EPOCH)),
                 annotations: Some(
@@ -203,7 +193,7 @@ mod tests {
                 ..Default::default()
             }),
             ..Default::default()
-        }
+        })
     }
 
     fn job(policy: Option<&str>) -> Job {

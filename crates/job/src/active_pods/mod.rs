@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
+use kcm_pod::CachedPod;
 
 use crate::backoff::{non_zero, sidecar_names};
 use crate::pods::{is_ready, phase};
@@ -29,7 +29,7 @@ mod tests;
 /// Every criterion compares a key of each pod, so this is a total preorder:
 /// ties are `Equal` and it can be used with `sort_by` (upstream's sort is
 /// unstable, so any order among ties is faithful).
-pub fn active_pods_order(a: &Pod, b: &Pod) -> Ordering {
+pub fn active_pods_order(a: &CachedPod, b: &CachedPod) -> Ordering {
     is_scheduled(a)
         .cmp(&is_scheduled(b))
         .then_with(|| phase_rank(a).cmp(&phase_rank(b)))
@@ -48,25 +48,22 @@ pub fn active_pods_order(a: &Pod, b: &Pod) -> Ordering {
         })
         .then_with(|| {
             latest_or_zero_first(
-                non_zero(a.metadata.creation_timestamp.as_ref()),
-                non_zero(b.metadata.creation_timestamp.as_ref()),
+                non_zero(a.creation_timestamp()),
+                non_zero(b.creation_timestamp()),
             )
         })
 }
 
 /// Sorts `pods` so the pods to delete first come first (stable).
-pub fn sort_active_pods(pods: &mut [&Pod]) {
+pub fn sort_active_pods(pods: &mut [&CachedPod]) {
     pods.sort_by(|a, b| active_pods_order(a, b));
 }
 
-fn is_scheduled(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty())
+fn is_scheduled(pod: &CachedPod) -> bool {
+    pod.node_name().is_some_and(|n| !n.is_empty())
 }
 
-fn phase_rank(pod: &Pod) -> u8 {
+fn phase_rank(pod: &CachedPod) -> u8 {
     match phase(pod) {
         "Unknown" => 1,
         "Running" => 2,
@@ -76,12 +73,12 @@ fn phase_rank(pod: &Pod) -> u8 {
 
 /// `lastTransitionTime` of the first `Ready=True` condition, `None` when
 /// unset (Go's zero time).
-fn ready_since(pod: &Pod) -> Option<Timestamp> {
-    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
-    let ready = conditions
+fn ready_since(pod: &CachedPod) -> Option<Timestamp> {
+    let ready = pod
+        .conditions()
         .iter()
-        .find(|c| c.type_ == "Ready" && c.status == "True")?;
-    non_zero(ready.last_transition_time.as_ref())
+        .find(|c| &*c.type_ == "Ready" && &*c.status == "True")?;
+    non_zero(ready.last_transition_time)
 }
 
 /// Upstream `afterOrZero` as an ordering: a zero (missing) time first, then
@@ -96,23 +93,18 @@ fn latest_or_zero_first(a: Option<Timestamp>, b: Option<Timestamp>) -> Ordering 
 }
 
 /// (max restart count of regular containers, max of sidecar init containers).
-fn max_restarts(pod: &Pod) -> (i32, i32) {
-    let Some(status) = pod.status.as_ref() else {
-        return (0, 0);
-    };
+fn max_restarts(pod: &CachedPod) -> (i32, i32) {
     // Go starts the maxima at 0, so negative counts never win.
-    let regular = status
-        .container_statuses
+    let regular = pod
+        .container_statuses()
         .iter()
-        .flatten()
         .map(|c| c.restart_count)
         .fold(0, i32::max);
     let sidecars = sidecar_names(pod);
-    let sidecar = status
-        .init_container_statuses
+    let sidecar = pod
+        .init_container_statuses()
         .iter()
-        .flatten()
-        .filter(|c| sidecars.contains(c.name.as_str()))
+        .filter(|c| sidecars.contains(&*c.name))
         .map(|c| c.restart_count)
         .fold(0, i32::max);
     (regular, sidecar)

@@ -1,4 +1,4 @@
-//! Pod-failure back-off: the delay before the controller re-creates pods
+//! CachedPod-failure back-off: the delay before the controller re-creates pods
 //! after failures, globally per Job or per completion index, plus the
 //! `restartPolicy: OnFailure` restart-count limit.
 //!
@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kcm_pod::{CachedPod, ContainerState};
 use parking_lot::Mutex;
 
 use crate::pods::{index_failure_count, index_ignored_failure_count, phase};
@@ -37,19 +36,14 @@ const DEFAULT_BACKOFF_LIMIT: i32 = 6;
 pub const GO_ZERO_TIME: Timestamp = Timestamp::constant(-62_135_596_800, 0);
 
 /// A timestamp that is set and not Go's zero time (upstream `IsZero()` checks).
-pub(crate) fn non_zero(t: Option<&Time>) -> Option<Timestamp> {
-    t.map(|t| t.0).filter(|t| *t != GO_ZERO_TIME)
+pub(crate) fn non_zero(t: Option<Timestamp>) -> Option<Timestamp> {
+    t.filter(|t| *t != GO_ZERO_TIME)
 }
 
 /// Names of the pod's restartable ("sidecar") init containers: those with
 /// container-level `restartPolicy: Always`.
-pub(crate) fn sidecar_names(pod: &Pod) -> HashSet<&str> {
-    pod.spec
-        .iter()
-        .flat_map(|s| s.init_containers.iter().flatten())
-        .filter(|c| c.restart_policy.as_deref() == Some("Always"))
-        .map(|c| c.name.as_str())
-        .collect()
+pub(crate) fn sidecar_names(pod: &CachedPod) -> HashSet<&str> {
+    pod.sidecar_names().iter().map(|n| &**n).collect()
 }
 
 /// The consecutive-failure state of one Job (upstream `backoffRecord`).
@@ -71,11 +65,11 @@ pub struct BackoffRecord {
 ///
 /// The kubelet sets `Ready=False` when a pod turns terminal, so (1)/(2) are
 /// the normal cases; (3) covers pods removed by PodGC.
-pub fn finished_time(pod: &Pod) -> Timestamp {
+pub fn finished_time(pod: &CachedPod) -> Timestamp {
     finish_time_from_containers(pod)
         .or_else(|| finish_time_from_ready_false(pod))
         .or_else(|| finish_time_from_deletion(pod))
-        .or_else(|| non_zero(pod.metadata.creation_timestamp.as_ref()))
+        .or_else(|| non_zero(pod.creation_timestamp()))
         .unwrap_or(GO_ZERO_TIME)
 }
 
@@ -86,15 +80,16 @@ pub fn finished_time(pod: &Pod) -> Timestamp {
 /// from the regular result even when that is "none" because a regular
 /// container is not terminated, so terminated sidecars alone then yield a
 /// time. Any unterminated (or zero-time) sidecar yields "none".
-fn finish_time_from_containers(pod: &Pod) -> Option<Timestamp> {
-    let status = pod.status.as_ref()?;
-    let regular = latest_finish_time(None, status.container_statuses.iter().flatten());
+fn finish_time_from_containers(pod: &CachedPod) -> Option<Timestamp> {
+    if !pod.has_status() {
+        return None;
+    }
+    let regular = latest_finish_time(None, pod.container_statuses().iter());
     let sidecars = sidecar_names(pod);
-    let init = status
-        .init_container_statuses
+    let init = pod
+        .init_container_statuses()
         .iter()
-        .flatten()
-        .filter(|cs| sidecars.contains(cs.name.as_str()));
+        .filter(|cs| sidecars.contains(&*cs.name));
     latest_finish_time(regular, init)
 }
 
@@ -103,28 +98,27 @@ fn finish_time_from_containers(pod: &Pod) -> Option<Timestamp> {
 /// discarding `start`; an empty list returns `start` unchanged.
 fn latest_finish_time<'a>(
     start: Option<Timestamp>,
-    statuses: impl Iterator<Item = &'a ContainerStatus>,
+    statuses: impl Iterator<Item = &'a ContainerState>,
 ) -> Option<Timestamp> {
     let mut latest = start;
     for cs in statuses {
-        let terminated = cs.state.as_ref().and_then(|s| s.terminated.as_ref());
-        let finished = non_zero(terminated.and_then(|t| t.finished_at.as_ref()))?;
+        let finished = non_zero(cs.terminated.as_ref().and_then(|t| t.finished_at))?;
         latest = Some(latest.map_or(finished, |l| l.max(finished)));
     }
     latest
 }
 
-fn finish_time_from_ready_false(pod: &Pod) -> Option<Timestamp> {
-    let ready = kcm_conditions::pod::get_pod_condition(pod.status.as_ref(), "Ready")?;
-    if ready.status != "False" {
+fn finish_time_from_ready_false(pod: &CachedPod) -> Option<Timestamp> {
+    let ready = pod.condition("Ready")?;
+    if &*ready.status != "False" {
         return None;
     }
-    non_zero(ready.last_transition_time.as_ref())
+    non_zero(ready.last_transition_time)
 }
 
-fn finish_time_from_deletion(pod: &Pod) -> Option<Timestamp> {
-    let deleted = pod.metadata.deletion_timestamp.as_ref()?.0;
-    let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
+fn finish_time_from_deletion(pod: &CachedPod) -> Option<Timestamp> {
+    let deleted = pod.deletion_timestamp()?;
+    let grace = pod.deletion_grace_period_seconds().unwrap_or(0);
     Some(
         deleted
             .checked_sub(SignedDuration::from_secs(grace))
@@ -147,8 +141,8 @@ fn finish_time_from_deletion(pod: &Pod) -> Option<Timestamp> {
 /// Failures later ignored by a pod failure policy are included too.
 pub fn new_backoff_record(
     stored: Option<&BackoffRecord>,
-    new_succeeded: &[&Pod],
-    new_failed: &[&Pod],
+    new_succeeded: &[&CachedPod],
+    new_failed: &[&CachedPod],
 ) -> BackoffRecord {
     let mut record = stored.copied().unwrap_or_default();
     let mut failed_times: Vec<Timestamp> = new_failed.iter().map(|p| finished_time(p)).collect();
@@ -193,7 +187,7 @@ pub fn remaining_time(record: &BackoffRecord, now: Timestamp) -> Duration {
 /// is the pod's failure-count plus ignored-failure-count annotations plus
 /// one (the pod's own failure), timed from the pod's finish time. No held pod
 /// means no delay.
-pub fn remaining_time_per_index(held_pod: Option<&Pod>, now: Timestamp) -> Duration {
+pub fn remaining_time_per_index(held_pod: Option<&CachedPod>, now: Timestamp) -> Duration {
     let Some(pod) = held_pod else {
         return Duration::ZERO;
     };
@@ -280,8 +274,8 @@ impl BackoffStore {
     pub fn new_record(
         &self,
         key: &str,
-        new_succeeded: &[&Pod],
-        new_failed: &[&Pod],
+        new_succeeded: &[&CachedPod],
+        new_failed: &[&CachedPod],
     ) -> BackoffRecord {
         new_backoff_record(self.get(key).as_ref(), new_succeeded, new_failed)
     }
@@ -292,7 +286,7 @@ impl BackoffStore {
 /// `spec.backoffLimit`. The sum covers every init and regular container
 /// status; with a limit of 0 any restart is too many, otherwise the sum must
 /// be ≥ the limit (unlike the `failed > backoffLimit` rule for pods).
-pub fn past_backoff_limit_on_failure(job: &Job, pods: &[&Pod]) -> bool {
+pub fn past_backoff_limit_on_failure(job: &Job, pods: &[&CachedPod]) -> bool {
     let Some(spec) = job.spec.as_ref() else {
         return false;
     };
@@ -307,10 +301,9 @@ pub fn past_backoff_limit_on_failure(job: &Job, pods: &[&Pod]) -> bool {
     let restarts: i64 = pods
         .iter()
         .filter(|p| matches!(phase(p), "Running" | "Pending"))
-        .filter_map(|p| p.status.as_ref())
-        .flat_map(|s| {
-            let init = s.init_container_statuses.iter().flatten();
-            init.chain(s.container_statuses.iter().flatten())
+        .flat_map(|p| {
+            let init = p.init_container_statuses().iter();
+            init.chain(p.container_statuses().iter())
         })
         .map(|cs| i64::from(cs.restart_count))
         .sum();

@@ -6,20 +6,22 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use kcm_pod::CachedPod;
 use kcm_runtime::client::Written;
 use kcm_runtime::informer::BY_CONTROLLER_UID;
 
 use super::port::{JobPort, Settled};
 use super::{BY_ORPHAN_NAMESPACE, JobController};
-use crate::pods::JOB_TRACKING_FINALIZER;
 use crate::sync::decide;
 
 impl<P: JobPort> JobController<P> {
     /// The Job's pods; errors of adoption or release are returned after the
     /// claimed list is complete (the sync then fails and retries). What to
     /// keep, release and adopt is [`decide::claim`]'s; this performs it.
-    pub(super) async fn pods_for_job(&self, job: &Job) -> (Vec<Arc<Pod>>, Option<kube::Error>) {
+    pub(super) async fn pods_for_job(
+        &self,
+        job: &Job,
+    ) -> (Vec<Arc<CachedPod>>, Option<kube::Error>) {
         let ns = job.metadata.namespace.clone().unwrap_or_default();
         let uid = job.metadata.uid.clone().unwrap_or_default();
         let job_key = format!("{ns}/{}", job.metadata.name.as_deref().unwrap_or(""));
@@ -64,12 +66,7 @@ impl<P: JobPort> JobController<P> {
                 Ok(Settled::Written(patched)) => {
                     wrote(&patched);
                     // Treat it as tracked for the rest of this sync.
-                    let mut p = (*pod).clone();
-                    p.metadata
-                        .finalizers
-                        .get_or_insert_with(Vec::new)
-                        .push(JOB_TRACKING_FINALIZER.into());
-                    claimed.push(Arc::new(p));
+                    claimed.push(Arc::new((*pod).clone().with_tracking_finalizer()));
                 }
                 Ok(Settled::Moot) => {}
                 Err(e) => error = Some(e),

@@ -6,8 +6,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kcm_pod::{CachedPod, ControllerRef};
 use kcm_runtime::informer::{BY_NAMESPACE, Change, object_key};
 
 use super::port::JobPort;
@@ -19,11 +18,11 @@ use crate::selector;
 
 pub use crate::pods::{controller_of, is_finished, managed_by_other};
 
-fn terminal_with_finalizer(p: Option<&Pod>) -> bool {
+fn terminal_with_finalizer(p: Option<&CachedPod>) -> bool {
     p.is_some_and(|p| is_terminal(p) && has_tracking_finalizer(p))
 }
 
-fn record_tracking_finalizer(old: Option<&Pod>, new: Option<&Pod>) {
+fn record_tracking_finalizer(old: Option<&CachedPod>, new: Option<&CachedPod>) {
     match (terminal_with_finalizer(old), terminal_with_finalizer(new)) {
         (false, true) => metrics()
             .terminated_pods_tracking_finalizer
@@ -42,8 +41,8 @@ fn record_tracking_finalizer(old: Option<&Pod>, new: Option<&Pod>) {
 /// its Job whatever else the batch would bring, so the Job is synced at once
 /// (at most once per Job: later syncs see `FailureTarget`). This halves the
 /// time from the failure to `FailureTarget` and costs no extra requests.
-fn newly_fails_job(job: &Job, old: &Pod, cur: &Pod, gate_enabled: bool) -> bool {
-    let failed = |p: &Pod| phase(p) == "Failed";
+fn newly_fails_job(job: &Job, old: &CachedPod, cur: &CachedPod, gate_enabled: bool) -> bool {
+    let failed = |p: &CachedPod| phase(p) == "Failed";
     if failed(old) || !failed(cur) || is_finished(job) {
         return false;
     }
@@ -52,24 +51,24 @@ fn newly_fails_job(job: &Job, old: &Pod, cur: &Pod, gate_enabled: bool) -> bool 
 }
 
 impl<P: JobPort> JobController<P> {
-    fn resolve(&self, namespace: &str, r: &OwnerReference) -> Option<Arc<Job>> {
-        if r.kind != "Job" {
+    fn resolve(&self, namespace: &str, r: &ControllerRef) -> Option<Arc<Job>> {
+        if &*r.kind != "Job" {
             return None;
         }
         self.jobs
             .store()
             .get(&format!("{namespace}/{}", r.name))
-            .filter(|j| j.metadata.uid.as_deref() == Some(r.uid.as_str()))
+            .filter(|j| j.metadata.uid.as_deref() == Some(&*r.uid))
     }
 
     fn enqueue_after(&self, job: &Job, delay: Duration) {
         self.queue.add_after(object_key(job), delay);
     }
 
-    fn enqueue_orphan(&self, pod: &Pod) {
+    fn enqueue_orphan(&self, pod: &CachedPod) {
         self.orphan_queue.add(OrphanKey::Name {
-            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-            name: pod.metadata.name.clone().unwrap_or_default(),
+            namespace: pod.namespace().to_string(),
+            name: pod.name().to_string(),
         });
     }
 
@@ -86,11 +85,11 @@ impl<P: JobPort> JobController<P> {
     }
 
     /// Jobs in the pod's namespace whose non-empty selector matches it.
-    fn pod_jobs(&self, pod: &Pod) -> Vec<Arc<Job>> {
-        if pod.metadata.labels.as_ref().is_none_or(|l| l.is_empty()) {
+    fn pod_jobs(&self, pod: &CachedPod) -> Vec<Arc<Job>> {
+        if pod.labels().is_empty() {
             return Vec::new();
         }
-        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        let ns = pod.namespace();
         let jobs: Vec<Arc<Job>> = self
             .jobs
             .store()
@@ -100,9 +99,7 @@ impl<P: JobPort> JobController<P> {
                 j.spec
                     .as_ref()
                     .and_then(|s| s.selector.as_ref())
-                    .is_some_and(|s| {
-                        !selector::is_empty(s) && selector::matches(s, pod.metadata.labels.as_ref())
-                    })
+                    .is_some_and(|s| !selector::is_empty(s) && selector::matches(s, pod.labels()))
             })
             .collect();
         if jobs.len() > 1 {
@@ -111,13 +108,13 @@ impl<P: JobPort> JobController<P> {
         jobs
     }
 
-    fn add_pod(&self, pod: &Pod) {
+    fn add_pod(&self, pod: &CachedPod) {
         record_tracking_finalizer(None, Some(pod));
-        if pod.metadata.deletion_timestamp.is_some() {
+        if pod.is_deleting() {
             self.delete_pod(pod, false);
             return;
         }
-        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        let ns = pod.namespace();
         if let Some(r) = controller_of(pod) {
             if let Some(job) = self.resolve(ns, r) {
                 self.expectations
@@ -134,17 +131,17 @@ impl<P: JobPort> JobController<P> {
         }
     }
 
-    fn update_pod(&self, old: &Pod, cur: &Pod) {
+    fn update_pod(&self, old: &CachedPod, cur: &CachedPod) {
         record_tracking_finalizer(Some(old), Some(cur));
-        if cur.metadata.resource_version == old.metadata.resource_version {
+        if cur.resource_version() == old.resource_version() {
             return;
         }
-        if cur.metadata.deletion_timestamp.is_some() {
+        if cur.is_deleting() {
             self.delete_pod(cur, false);
             return;
         }
-        let ns = cur.metadata.namespace.as_deref().unwrap_or("");
-        let uid = cur.metadata.uid.as_deref().unwrap_or("");
+        let ns = cur.namespace();
+        let uid = cur.uid();
         let finalizer_removed = !has_tracking_finalizer(cur);
         let (cur_ref, old_ref) = (controller_of(cur), controller_of(old));
         let ref_changed = cur_ref != old_ref;
@@ -176,19 +173,19 @@ impl<P: JobPort> JobController<P> {
         if has_tracking_finalizer(cur) {
             self.enqueue_orphan(cur);
         }
-        if cur.metadata.labels != old.metadata.labels || ref_changed {
+        if cur.labels() != old.labels() || ref_changed {
             for job in self.pod_jobs(cur) {
                 self.enqueue_after(&job, SYNC_JOB_BATCH_PERIOD);
             }
         }
     }
 
-    fn delete_pod(&self, pod: &Pod, last: bool) {
+    fn delete_pod(&self, pod: &CachedPod, last: bool) {
         if last {
             record_tracking_finalizer(Some(pod), None);
         }
         let has_finalizer = has_tracking_finalizer(pod);
-        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        let ns = pod.namespace();
         let Some(r) = controller_of(pod) else {
             if has_finalizer {
                 self.enqueue_orphan(pod);
@@ -205,7 +202,7 @@ impl<P: JobPort> JobController<P> {
         self.expectations.deletion_observed(&key);
         if last || !has_finalizer {
             self.finalizer_expectations
-                .finalizer_removal_observed(&key, pod.metadata.uid.as_deref().unwrap_or(""));
+                .finalizer_removal_observed(&key, pod.uid());
         }
         self.enqueue_after(&job, SYNC_JOB_BATCH_PERIOD);
     }
@@ -272,14 +269,15 @@ impl<P: JobPort> JobController<P> {
         P: 'static,
     {
         let me: Weak<Self> = Arc::downgrade(self);
-        self.pods.add_handler(Arc::new(move |c: &Change<Pod>| {
-            let Some(me) = me.upgrade() else { return };
-            match c {
-                Change::Added(p) => me.add_pod(p),
-                Change::Updated { old, new } => me.update_pod(old, new),
-                Change::Deleted(p) => me.delete_pod(p, true),
-            }
-        }));
+        self.pods
+            .add_handler(Arc::new(move |c: &Change<CachedPod>| {
+                let Some(me) = me.upgrade() else { return };
+                match c {
+                    Change::Added(p) => me.add_pod(p),
+                    Change::Updated { old, new } => me.update_pod(old, new),
+                    Change::Deleted(p) => me.delete_pod(p, true),
+                }
+            }));
         let me: Weak<Self> = Arc::downgrade(self);
         self.jobs.add_handler(Arc::new(move |c: &Change<Job>| {
             let Some(me) = me.upgrade() else { return };
@@ -296,7 +294,7 @@ impl<P: JobPort> JobController<P> {
 mod tests {
     use super::newly_fails_job;
     use k8s_openapi::api::batch::v1::Job;
-    use k8s_openapi::api::core::v1::Pod;
+    use kcm_pod::{CachedPod, ControllerRef};
     use serde_json::json;
 
     fn job(policy: bool, finished: bool) -> Job {
@@ -313,7 +311,7 @@ mod tests {
         serde_json::from_value(j).expect("job")
     }
 
-    fn pod(phase: &str, code: i32) -> Pod {
+    fn pod(phase: &str, code: i32) -> CachedPod {
         serde_json::from_value(json!({
             "metadata": { "name": "p" },
             "status": { "phase": phase, "containerStatuses": [{

@@ -17,13 +17,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kcm_pod::CachedPod;
 use kcm_runtime::clock::Clock;
 use kcm_runtime::events::EventType;
 use kcm_runtime::expectations::{ControllerExpectations, UidTrackingExpectations};
 use kcm_runtime::host::Host;
 use kcm_runtime::informer::{
-    BY_CONTROLLER_UID, BY_NAMESPACE, Informer, controller_uid_index, namespace_index,
+    BY_CONTROLLER_UID, BY_NAMESPACE, Informer, namespace_index, pod_controller_uid_index,
 };
 use kcm_runtime::workqueue::{RateLimit, WorkQueue};
 use parking_lot::Mutex;
@@ -33,7 +34,7 @@ use crate::backoff::BackoffStore;
 use crate::sync::Config;
 use port::{ApiPort, JobPort};
 
-/// Pod events are batched: a Job syncs at most once per this period for
+/// CachedPod events are batched: a Job syncs at most once per this period for
 /// them (upstream SyncJobBatchPeriod).
 pub const SYNC_JOB_BATCH_PERIOD: Duration = Duration::from_secs(1);
 /// Per-key retry back-off of both queues (upstream DefaultJobApiBackOff,
@@ -46,12 +47,12 @@ pub const MAX_JOB_API_BACKOFF: Duration = Duration::from_secs(60);
 pub const BY_ORPHAN_NAMESPACE: &str = "orphan-namespace";
 
 /// Files pods that have no controller under their namespace.
-pub fn orphan_namespace_index() -> kcm_runtime::informer::IndexFn<Pod> {
-    Arc::new(|p: &Pod| {
+pub fn orphan_namespace_index() -> kcm_runtime::informer::IndexFn<CachedPod> {
+    Arc::new(|p: &CachedPod| {
         if handlers::controller_of(p).is_some() {
             return Vec::new();
         }
-        p.metadata.namespace.clone().into_iter().collect()
+        vec![p.namespace().to_string()]
     })
 }
 
@@ -63,12 +64,12 @@ pub fn orphan_namespace_index() -> kcm_runtime::informer::IndexFn<Pod> {
 pub const BY_TRACKING_NAMESPACE: &str = "job-tracking-namespace";
 
 /// Files pods that still hold the tracking finalizer under their namespace.
-pub fn tracking_namespace_index() -> kcm_runtime::informer::IndexFn<Pod> {
-    Arc::new(|p: &Pod| {
+pub fn tracking_namespace_index() -> kcm_runtime::informer::IndexFn<CachedPod> {
+    Arc::new(|p: &CachedPod| {
         if !crate::pods::has_tracking_finalizer(p) {
             return Vec::new();
         }
-        p.metadata.namespace.clone().into_iter().collect()
+        vec![p.namespace().to_string()]
     })
 }
 
@@ -90,7 +91,7 @@ pub enum OrphanKey {
 pub struct JobController<P = ApiPort> {
     pub port: P,
     pub jobs: Arc<Informer<Job>>,
-    pub pods: Arc<Informer<Pod>>,
+    pub pods: Arc<Informer<CachedPod>>,
     pub queue: WorkQueue<String>,
     pub orphan_queue: WorkQueue<OrphanKey>,
     pub expectations: ControllerExpectations,
@@ -119,9 +120,9 @@ pub fn job_ref(job: &Job) -> ObjectReference {
 }
 
 /// Adds the indexes the controller reads to its informers.
-pub fn add_indexes(jobs: &Informer<Job>, pods: &Informer<Pod>) {
+pub fn add_indexes(jobs: &Informer<Job>, pods: &Informer<CachedPod>) {
     jobs.add_index(BY_NAMESPACE, namespace_index());
-    pods.add_index(BY_CONTROLLER_UID, controller_uid_index());
+    pods.add_index(BY_CONTROLLER_UID, pod_controller_uid_index());
     pods.add_index(BY_ORPHAN_NAMESPACE, orphan_namespace_index());
     pods.add_index(BY_TRACKING_NAMESPACE, tracking_namespace_index());
 }
@@ -134,7 +135,7 @@ impl<P: JobPort> JobController<P> {
     pub fn new(
         port: P,
         jobs: Arc<Informer<Job>>,
-        pods: Arc<Informer<Pod>>,
+        pods: Arc<Informer<CachedPod>>,
         config: Config,
         clock: Clock,
     ) -> Self {
@@ -204,7 +205,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod(finalizers: serde_json::Value, owned: bool) -> Pod {
+    fn pod(finalizers: serde_json::Value, owned: bool) -> CachedPod {
         let mut p =
             json!({ "metadata": { "name": "p", "namespace": "ns", "finalizers": finalizers } });
         if owned {

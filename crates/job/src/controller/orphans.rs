@@ -1,8 +1,8 @@
 //! Finalizer clean-up for pods whose Job is gone, finished or never was
 //! (upstream syncOrphanPod, handleSingleOrphanPod).
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kcm_pod::CachedPod;
 use kcm_runtime::informer::object_key;
 use kcm_runtime::selector::Selector;
 
@@ -33,7 +33,7 @@ impl<P: JobPort> JobController<P> {
                 };
                 // Only pods with the finalizer have anything to clean up.
                 for pod in self.pods.store().by_index(BY_TRACKING_NAMESPACE, namespace) {
-                    if sel.matches(pod.metadata.labels.as_ref())
+                    if sel.matches(pod.labels())
                         && let Err(e) = self.handle_orphan(&pod).await
                     {
                         // Retried for this pod alone, with back-off (upstream
@@ -42,7 +42,7 @@ impl<P: JobPort> JobController<P> {
                         tracing::warn!(pod = %object_key(pod.as_ref()), "removing tracking finalizer, will retry: {e}");
                         self.orphan_queue.add_rate_limited(OrphanKey::Name {
                             namespace: namespace.clone(),
-                            name: pod.metadata.name.clone().unwrap_or_default(),
+                            name: pod.name().to_string(),
                         });
                     }
                 }
@@ -51,17 +51,17 @@ impl<P: JobPort> JobController<P> {
         }
     }
 
-    async fn handle_orphan(&self, pod: &Pod) -> Result<(), kube::Error> {
+    async fn handle_orphan(&self, pod: &CachedPod) -> Result<(), kube::Error> {
         if !has_tracking_finalizer(pod) {
             return Ok(());
         }
         if let Some(r) = controller_of(pod) {
-            if r.kind != "Job" || r.api_version != "batch/v1" {
+            if &*r.kind != "Job" || &*r.api_version != "batch/v1" {
                 return Ok(());
             }
-            let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+            let ns = pod.namespace();
             if let Some(job) = self.jobs.store().get(&format!("{ns}/{}", r.name))
-                && job.metadata.uid.as_deref() == Some(r.uid.as_str())
+                && job.metadata.uid.as_deref() == Some(&*r.uid)
                 && (managed_by_other(&job).is_some() || !is_finished(&job))
             {
                 return Ok(());
@@ -75,7 +75,7 @@ impl<P: JobPort> JobController<P> {
         // Filed under the owning Job only while it exists, so a deleted
         // Job's orphans leave no record behind.
         if let Some(r) = super::handlers::controller_of(pod) {
-            let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+            let ns = pod.namespace();
             if self.jobs.store().get(&format!("{ns}/{}", r.name)).is_some() {
                 self.record_pod_write(pod, rv.as_deref());
             }

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
+use kcm_pod::CachedPod;
 
 use super::JobController;
 use super::port::{JobPort, Settle, Settled, fan_out, slow_start};
@@ -39,7 +40,7 @@ struct Removal {
 /// Removes the tracking finalizer, then deletes the pod (upstream
 /// `deleteJobPods` for one pod). The DELETE is not tried if the patch did
 /// not apply, even when the pod is gone.
-async fn remove_pod<P: JobPort>(port: &P, p: &Pod) -> Removal {
+async fn remove_pod<P: JobPort>(port: &P, p: &CachedPod) -> Removal {
     if has_tracking_finalizer(p) {
         let result = match port.remove_finalizer(p).await {
             Ok(Settled::Written(_)) => None,
@@ -80,7 +81,7 @@ impl<P: JobPort> JobController<P> {
         let job = &ctx.job;
         match work {
             PodWork::DeleteActive(pods) => {
-                let results = fan_out(pods.iter().cloned(), |p: Arc<Pod>| async move {
+                let results = fan_out(pods.iter().cloned(), |p: Arc<CachedPod>| async move {
                     let r = self.port.delete_pod(&p).await;
                     (name_of(&p), is_ready(&p), r)
                 })
@@ -117,7 +118,7 @@ impl<P: JobPort> JobController<P> {
             PodWork::Remove(pods) => {
                 self.expectations
                     .expect_deletions(key, i64::try_from(pods.len()).unwrap_or(i64::MAX));
-                let results = fan_out(pods.iter().cloned(), |p: Arc<Pod>| async move {
+                let results = fan_out(pods.iter().cloned(), |p: Arc<CachedPod>| async move {
                     remove_pod(&self.port, &p).await
                 })
                 .await;

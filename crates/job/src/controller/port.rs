@@ -16,6 +16,7 @@ use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kcm_pod::CachedPod;
 use kcm_runtime::client::{LeanApi, Written};
 use kcm_runtime::events::{EventType, Recorder};
 use kube::Api;
@@ -136,13 +137,18 @@ pub trait JobPort: Send + Sync {
     /// Creates `pod` (built from the Job's template) in the Job's namespace.
     fn create_pod(&self, job: &Job, pod: &Pod) -> impl Future<Output = Settle<Written>> + Send;
     /// Deletes the pod, without preconditions.
-    fn delete_pod(&self, pod: &Pod) -> impl Future<Output = Settle<()>> + Send;
+    fn delete_pod(&self, pod: &CachedPod) -> impl Future<Output = Settle<()>> + Send;
     /// Removes the Job tracking finalizer; answers the new resourceVersion.
-    fn remove_finalizer(&self, pod: &Pod) -> impl Future<Output = Settle<Written>> + Send;
+    fn remove_finalizer(&self, pod: &CachedPod) -> impl Future<Output = Settle<Written>> + Send;
     /// Makes the Job the pod's controller and adds the tracking finalizer.
-    fn adopt_pod(&self, job: &Job, pod: &Pod) -> impl Future<Output = Settle<Written>> + Send;
+    fn adopt_pod(&self, job: &Job, pod: &CachedPod)
+    -> impl Future<Output = Settle<Written>> + Send;
     /// Drops the Job's ownerReference and the tracking finalizer.
-    fn release_pod(&self, job: &Job, pod: &Pod) -> impl Future<Output = Settle<Written>> + Send;
+    fn release_pod(
+        &self,
+        job: &Job,
+        pod: &CachedPod,
+    ) -> impl Future<Output = Settle<Written>> + Send;
     /// Replaces the Job's status (with `job`'s resourceVersion as the
     /// precondition).
     fn write_status(&self, job: &Job) -> impl Future<Output = Result<Written, kube::Error>> + Send;
@@ -167,20 +173,25 @@ pub fn remove_finalizer_patch() -> serde_json::Value {
 
 /// Releases `pod` from the Job `job_uid`; the pod UID guards against a
 /// recreated pod of the same name.
-fn release_patch(job_uid: &str, pod: &Pod) -> serde_json::Value {
+fn release_patch(job_uid: &str, pod: &CachedPod) -> serde_json::Value {
     json!({
         "metadata": {
-            "uid": pod.metadata.uid,
+            "uid": uid_of(pod),
             "ownerReferences": [{ "$patch": "delete", "uid": job_uid }],
             "$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER],
         }
     })
 }
 
-fn adopt_patch(job: &Job, job_uid: &str, pod: &Pod) -> serde_json::Value {
+/// The pod's UID as a patch precondition (`null`, i.e. none, when unset).
+fn uid_of(pod: &CachedPod) -> Option<&str> {
+    Some(pod.uid()).filter(|u| !u.is_empty())
+}
+
+fn adopt_patch(job: &Job, job_uid: &str, pod: &CachedPod) -> serde_json::Value {
     json!({
         "metadata": {
-            "uid": pod.metadata.uid,
+            "uid": uid_of(pod),
             "ownerReferences": [{
                 "apiVersion": "batch/v1", "kind": "Job",
                 "name": job.metadata.name, "uid": job_uid,
@@ -207,10 +218,14 @@ impl ApiPort {
         LeanApi::namespaced(self.client.clone(), ns)
     }
 
-    async fn strategic(&self, pod: &Pod, patch: serde_json::Value) -> Result<Written, kube::Error> {
-        self.pods(ns_of(&pod.metadata))
+    async fn strategic(
+        &self,
+        pod: &CachedPod,
+        patch: serde_json::Value,
+    ) -> Result<Written, kube::Error> {
+        self.pods(pod.namespace())
             .patch(
-                name_of(&pod.metadata),
+                pod.name(),
                 &PatchParams::default(),
                 &Patch::Strategic(patch),
             )
@@ -227,26 +242,26 @@ impl JobPort for ApiPort {
         settle(WriteKind::Create, r)
     }
 
-    async fn delete_pod(&self, pod: &Pod) -> Settle<()> {
+    async fn delete_pod(&self, pod: &CachedPod) -> Settle<()> {
         let r = self
-            .pods(ns_of(&pod.metadata))
-            .delete(name_of(&pod.metadata), &DeleteParams::default())
+            .pods(pod.namespace())
+            .delete(pod.name(), &DeleteParams::default())
             .await;
         settle(WriteKind::Delete, r)
     }
 
-    async fn remove_finalizer(&self, pod: &Pod) -> Settle<Written> {
+    async fn remove_finalizer(&self, pod: &CachedPod) -> Settle<Written> {
         let r = self.strategic(pod, remove_finalizer_patch()).await;
         settle(WriteKind::RemoveFinalizer, r)
     }
 
-    async fn adopt_pod(&self, job: &Job, pod: &Pod) -> Settle<Written> {
+    async fn adopt_pod(&self, job: &Job, pod: &CachedPod) -> Settle<Written> {
         let uid = job.metadata.uid.clone().unwrap_or_default();
         let r = self.strategic(pod, adopt_patch(job, &uid, pod)).await;
         settle(WriteKind::Adopt, r)
     }
 
-    async fn release_pod(&self, job: &Job, pod: &Pod) -> Settle<Written> {
+    async fn release_pod(&self, job: &Job, pod: &CachedPod) -> Settle<Written> {
         let uid = job.metadata.uid.as_deref().unwrap_or("");
         let r = self.strategic(pod, release_patch(uid, pod)).await;
         settle(WriteKind::Release, r)

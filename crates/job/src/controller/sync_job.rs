@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::{Job, JobStatus};
-use k8s_openapi::api::core::v1::Pod;
+use kcm_pod::CachedPod;
 use tracing::Instrument;
 
 use super::JobController;
@@ -36,14 +36,14 @@ pub enum SyncError {
     Stale(#[from] super::consistency::Stale),
 }
 
-pub(super) fn name_of(p: &Pod) -> String {
-    p.metadata.name.clone().unwrap_or_default()
+pub(super) fn name_of(p: &CachedPod) -> String {
+    p.name().to_string()
 }
 
 impl<P: JobPort> JobController<P> {
     /// Files a pod write of ours under the pod's controller (1.36+).
-    pub(super) fn record_pod_write(&self, pod: &Pod, rv: Option<&str>) {
-        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+    pub(super) fn record_pod_write(&self, pod: &CachedPod, rv: Option<&str>) {
+        let ns = pod.namespace();
         if let Some(owner) = super::handlers::controller_of(pod) {
             self.rw.on_write(
                 &format!("{ns}/{}", owner.name),
@@ -261,19 +261,16 @@ impl<P: JobPort> JobController<P> {
     async fn remove_finalizers(
         &self,
         key: &str,
-        pods: &[Arc<Pod>],
+        pods: &[Arc<CachedPod>],
     ) -> (HashSet<String>, Option<kube::Error>) {
         if pods.is_empty() {
             return (HashSet::new(), None);
         }
-        let uids: Vec<String> = pods
-            .iter()
-            .map(|p| p.metadata.uid.clone().unwrap_or_default())
-            .collect();
+        let uids: Vec<String> = pods.iter().map(|p| p.uid().to_string()).collect();
         self.finalizer_expectations
             .expect_finalizers_removed(key, uids);
-        let results = fan_out(pods.iter().cloned(), |p: Arc<Pod>| async move {
-            let uid = p.metadata.uid.clone().unwrap_or_default();
+        let results = fan_out(pods.iter().cloned(), |p: Arc<CachedPod>| async move {
+            let uid = p.uid().to_string();
             let r = self.port.remove_finalizer(&p).await;
             if let Ok(Settled::Written(w)) = &r {
                 self.record_pod_write(&p, w.metadata.resource_version.as_deref());

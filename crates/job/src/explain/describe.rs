@@ -4,6 +4,7 @@
 
 use k8s_openapi::api::batch::v1::{PodFailurePolicy, PodFailurePolicyRule};
 use k8s_openapi::api::core::v1::Pod;
+use kcm_pod::CachedPod;
 use serde::Serialize;
 
 use crate::pod_failure_policy::{Matched, RuleOutcome, pattern_status, rule_outcome};
@@ -101,21 +102,31 @@ pub struct RuleTrace {
     pub why: String,
 }
 
-/// Every rule of `policy` against `pod`, in order; `decided` is the index
-/// [`crate::pod_failure_policy::match_pod_failure_policy`] returned.
-pub fn trace(policy: &PodFailurePolicy, pod: &Pod, decided: Option<usize>) -> Vec<RuleTrace> {
+/// Every rule of `policy` against `pod` (as cached, which is what the
+/// controller decides on; `full` is the same pod as fetched, for the
+/// reasons and containers the cache does not keep), in order; `decided` is
+/// the index [`crate::pod_failure_policy::match_pod_failure_policy`]
+/// returned.
+pub fn trace(
+    policy: &PodFailurePolicy,
+    pod: &CachedPod,
+    full: &Pod,
+    decided: Option<usize>,
+) -> Vec<RuleTrace> {
     policy
         .rules
         .iter()
         .enumerate()
         .map(|(i, rule)| {
             let (outcome, why) = match rule_outcome(rule, pod) {
-                RuleOutcome::Decides(_, m) if Some(i) == decided => ("decided", matched_text(&m)),
+                RuleOutcome::Decides(_, m) if Some(i) == decided => {
+                    ("decided", matched_text(&m, full))
+                }
                 RuleOutcome::Decides(_, m) => (
                     "shadowed",
                     format!(
                         "{}, but rule {} decided first",
-                        matched_text(&m),
+                        matched_text(&m, full),
                         decided.map(|d| d.to_string()).unwrap_or_default()
                     ),
                 ),
@@ -123,11 +134,11 @@ pub fn trace(policy: &PodFailurePolicy, pod: &Pod, decided: Option<usize>) -> Ve
                     "unknown-action",
                     format!(
                         "{}, but action {:?} is unknown to this version: skipped",
-                        matched_text(&m),
+                        matched_text(&m, full),
                         rule.action
                     ),
                 ),
-                RuleOutcome::NoMatch => ("no-match", why_not(rule, pod)),
+                RuleOutcome::NoMatch => ("no-match", why_not(rule, full)),
             };
             RuleTrace {
                 rule: i,
@@ -139,17 +150,29 @@ pub fn trace(policy: &PodFailurePolicy, pod: &Pod, decided: Option<usize>) -> Ve
         .collect()
 }
 
-fn matched_text(m: &Matched<'_>) -> String {
+fn matched_text(m: &Matched<'_>, full: &Pod) -> String {
     match m {
         Matched::ExitCode {
             container,
             exit_code,
         } => format!("container {container} exited with {exit_code}"),
-        Matched::Condition(c) => match &c.reason {
+        Matched::Condition(c) => match reason_of(full, &c.type_) {
             Some(r) => format!("condition {}={} (reason {r})", c.type_, c.status),
             None => format!("condition {}={}", c.type_, c.status),
         },
     }
+}
+
+/// The reason of the pod's first condition of `type_`, if it has one.
+fn reason_of<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)?
+        .reason
+        .as_deref()
 }
 
 /// Why a rule that [`rule_outcome`] found not matching did not match.

@@ -118,6 +118,7 @@ fn infer_eviction(job: &Job, name: &str, config: Config) -> Inferred {
         }]),
         ..Default::default()
     });
+    let pod = kcm_pod::CachedPod::from(pod);
     let m = match_pod_failure_policy(effective_policy(job, config.pod_failure_policy), &pod);
     Inferred {
         condition: format!("{DISRUPTION_TARGET} ({REASON_DELETION_BY_TAINT_MANAGER})"),

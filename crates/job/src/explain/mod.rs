@@ -26,6 +26,7 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{Job, JobCondition, PodFailurePolicy};
 use k8s_openapi::api::core::v1::{Event, Pod};
+use kcm_pod::CachedPod;
 use serde::Serialize;
 
 use crate::backoff::finished_time;
@@ -210,27 +211,38 @@ pub struct Explanation {
 pub fn explain(req: &Request<'_>) -> Explanation {
     let job = req.job;
     let config = req.config;
-    let present: Vec<Arc<Pod>> = req.pods.iter().cloned().map(Arc::new).collect();
+    // The controller decides on pods as cached; the report also shows what
+    // only the fetched pods hold (reasons, containers).
+    let present: Vec<Arc<CachedPod>> = req.pods.iter().map(|p| Arc::new(p.into())).collect();
+    let full = Fetched::new(req.pods);
     let end = decided_at(job);
-    let stopped: Vec<&Arc<Pod>> = present
+    let stopped: Vec<&Arc<CachedPod>> = present
         .iter()
         .filter(|p| is_pod_failed(p, job) && stopped_by_end(p, end))
         .collect();
     let stopped_names: Vec<String> = stopped.iter().map(|p| name(p)).collect();
-    let actual = run_replay(job, job, &present, &stopped_names, req.now, config);
+    let actual = run_replay(job, job, &present, &full, &stopped_names, req.now, config);
     let verdict = verdict(job, &actual);
     let status = job.status.clone().unwrap_or_default();
     let stopped_reports = stopped
         .iter()
         .map(|p| {
-            let mut r = pod_report(job, config, p);
+            let mut r = pod_report(job, config, p, full.of(p));
             r.note = Some("stopped when the Job ended; counted by its last sync".into());
             r
         })
         .collect();
     let what_if = req.what_if.map(|w| {
         let proposed = proposed_job(job, w);
-        let replayed = run_replay(job, &proposed, &present, &stopped_names, req.now, config);
+        let replayed = run_replay(
+            job,
+            &proposed,
+            &present,
+            &full,
+            &stopped_names,
+            req.now,
+            config,
+        );
         let changed = actual
             .failures
             .iter()
@@ -315,19 +327,20 @@ struct Replayed {
 fn run_replay(
     stored: &Job,
     spec_of: &Job,
-    present: &[Arc<Pod>],
+    present: &[Arc<CachedPod>],
+    full: &Fetched<'_>,
     stopped: &[String],
     now: Timestamp,
     config: Config,
 ) -> Replayed {
     let base = replay::base_job(stored, spec_of, present, config);
-    let is_terminal = |p: &Pod| is_pod_failed(p, stored) || phase(p) == "Succeeded";
-    let background: Vec<Arc<Pod>> = present
+    let is_terminal = |p: &CachedPod| is_pod_failed(p, stored) || phase(p) == "Succeeded";
+    let background: Vec<Arc<CachedPod>> = present
         .iter()
         .filter(|p| !is_terminal(p))
         .cloned()
         .collect();
-    let mut terminal: Vec<(Arc<Pod>, Timestamp)> = present
+    let mut terminal: Vec<(Arc<CachedPod>, Timestamp)> = present
         .iter()
         .filter(|p| is_terminal(p) && !stopped.contains(&name(p)))
         .map(|p| (replay::tracked(p), finished_time(p).max(start_of(stored))))
@@ -358,7 +371,7 @@ fn run_replay(
             }
             continue;
         }
-        let mut r = pod_report(spec_of, config, p);
+        let mut r = pod_report(spec_of, config, p, full.of(p));
         match step {
             Some(s) => {
                 let ends = s.finished.as_ref().map(ConditionText::of);
@@ -412,25 +425,25 @@ fn run_replay(
     }
 }
 
-fn pod_report(job: &Job, config: Config, p: &Pod) -> PodReport {
+fn pod_report(job: &Job, config: Config, p: &CachedPod, full: &Pod) -> PodReport {
     let policy = effective_policy(job, config.pod_failure_policy);
     let m = match_pod_failure_policy(policy, p);
     PodReport {
         pod: name(p),
         index: crate::pods::valid_index(p, job),
         finished_at: finished_time(p).to_string(),
-        evidence: describe::evidence(p),
+        evidence: describe::evidence(full),
         rule: m.rule,
         action: m.action.map_or("default", Action::as_str).to_string(),
         effect: None,
         rules: policy
-            .map(|pol| describe::trace(pol, p, m.rule))
+            .map(|pol| describe::trace(pol, p, full, m.rule))
             .unwrap_or_default(),
         note: None,
     }
 }
 
-fn index_failures(job: &Job, config: Config, p: &Pod) -> Option<(i32, i32)> {
+fn index_failures(job: &Job, config: Config, p: &CachedPod) -> Option<(i32, i32)> {
     let spec = job.spec.as_ref()?;
     spec.backoff_limit_per_index?;
     crate::pods::valid_index(p, job)?;
@@ -439,8 +452,8 @@ fn index_failures(job: &Job, config: Config, p: &Pod) -> Option<(i32, i32)> {
     Some((before, before.saturating_add(i32::from(counts))))
 }
 
-fn index_failed(job: &Job, config: Config, p: &Pod) -> bool {
-    indexes::is_index_failed(job, p, &|p: &Pod| verdict_of(job, config, p))
+fn index_failed(job: &Job, config: Config, p: &CachedPod) -> bool {
+    indexes::is_index_failed(job, p, &|p: &CachedPod| verdict_of(job, config, p))
 }
 
 fn counted(r: &PodReport) -> bool {
@@ -557,17 +570,13 @@ fn decided_at(job: &Job) -> Option<Timestamp> {
 }
 
 /// A pod deleted once the Job had failed: the controller stopped it.
-fn stopped_by_end(p: &Pod, end: Option<Timestamp>) -> bool {
-    let (Some(end), Some(deleted)) = (end, p.metadata.deletion_timestamp.as_ref()) else {
+fn stopped_by_end(p: &CachedPod, end: Option<Timestamp>) -> bool {
+    let (Some(end), Some(deleted)) = (end, p.deletion_timestamp()) else {
         return false;
     };
     // Pods a component marked as disrupted were deleted for their own reason.
-    let disrupted = p
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "DisruptionTarget"));
-    !disrupted && deleted.0 >= end
+    let disrupted = p.condition("DisruptionTarget").is_some();
+    !disrupted && deleted >= end
 }
 
 fn start_of(job: &Job) -> Timestamp {
@@ -581,6 +590,25 @@ fn ns(job: &Job) -> &str {
     job.metadata.namespace.as_deref().unwrap_or("")
 }
 
-fn name(p: &Pod) -> String {
-    p.metadata.name.clone().unwrap_or_default()
+fn name(p: &CachedPod) -> String {
+    p.name().to_string()
+}
+
+/// The fetched pods by name, beside their cached form.
+struct Fetched<'a>(std::collections::HashMap<&'a str, &'a Pod>);
+
+impl<'a> Fetched<'a> {
+    fn new(pods: &'a [Pod]) -> Self {
+        Fetched(
+            pods.iter()
+                .map(|p| (p.metadata.name.as_deref().unwrap_or(""), p))
+                .collect(),
+        )
+    }
+
+    /// The fetched form of `p` (every cached pod here was fetched).
+    fn of(&self, p: &CachedPod) -> &'a Pod {
+        static NONE: std::sync::LazyLock<Pod> = std::sync::LazyLock::new(Pod::default);
+        self.0.get(p.name()).copied().unwrap_or(&NONE)
+    }
 }

@@ -11,12 +11,10 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
-use k8s_openapi::api::core::v1::Pod;
+use kcm_pod::CachedPod;
 
 use crate::indexes::{self, OrderedIntervals};
-use crate::pods::{
-    JOB_TRACKING_FINALIZER, completions, has_tracking_finalizer, is_pod_failed, phase, valid_index,
-};
+use crate::pods::{completions, has_tracking_finalizer, is_pod_failed, phase, valid_index};
 use crate::sync::prepare::{counts_as_failure, verdict};
 use crate::sync::{Config, Input, prepare};
 
@@ -32,20 +30,20 @@ pub struct Step {
     pub finished: Option<JobCondition>,
 }
 
-fn uid(p: &Pod) -> &str {
-    p.metadata.uid.as_deref().unwrap_or("")
+fn uid(p: &CachedPod) -> &str {
+    p.uid()
 }
 
 /// Is `p`'s failure already in the stored counters (finalizer gone, or its
 /// UID waits in `uncountedTerminatedPods.failed`)?
-fn accounted(p: &Pod, uncounted: &HashSet<&str>) -> bool {
+fn accounted(p: &CachedPod, uncounted: &HashSet<&str>) -> bool {
     !has_tracking_finalizer(p) || uncounted.contains(uid(p))
 }
 
 /// `stored` without what `present` pods account for: the status a replay
 /// starts from. `stored` is the Job as the API holds it (its own policy);
 /// `spec_of` supplies the spec the replay runs (stored or proposed).
-pub fn base_job(stored: &Job, spec_of: &Job, present: &[Arc<Pod>], config: Config) -> Job {
+pub fn base_job(stored: &Job, spec_of: &Job, present: &[Arc<CachedPod>], config: Config) -> Job {
     let status = stored.status.clone().unwrap_or_default();
     let u = status.uncounted_terminated_pods.clone().unwrap_or_default();
     let un_failed: HashSet<&str> = u.failed.iter().flatten().map(String::as_str).collect();
@@ -79,7 +77,7 @@ pub fn base_job(stored: &Job, spec_of: &Job, present: &[Arc<Pod>], config: Confi
         .filter(|p| phase(p) == "Succeeded")
         .filter_map(|p| valid_index(p, stored))
         .collect();
-    let v = |p: &Pod| verdict(stored, config, p);
+    let v = |p: &CachedPod| verdict(stored, config, p);
     let redecided_failed: BTreeSet<i32> = present
         .iter()
         .filter(|p| indexes::is_index_failed(stored, p, &v))
@@ -115,13 +113,8 @@ pub fn base_job(stored: &Job, spec_of: &Job, present: &[Arc<Pod>], config: Confi
 }
 
 /// A copy of `p` that the replay treats as not yet accounted.
-pub fn tracked(p: &Pod) -> Arc<Pod> {
-    let mut p = p.clone();
-    let f = p.metadata.finalizers.get_or_insert_with(Vec::new);
-    if !f.iter().any(|x| x == JOB_TRACKING_FINALIZER) {
-        f.push(JOB_TRACKING_FINALIZER.to_string());
-    }
-    Arc::new(p)
+pub fn tracked(p: &CachedPod) -> Arc<CachedPod> {
+    Arc::new(p.clone().with_tracking_finalizer())
 }
 
 /// One sync of `base` per entry of `terminal` (finish time ascending), each
@@ -130,11 +123,11 @@ pub fn tracked(p: &Pod) -> Arc<Pod> {
 /// while the Job was already ending.
 pub fn run(
     base: &Job,
-    background: &[Arc<Pod>],
-    terminal: &[(Arc<Pod>, Timestamp)],
+    background: &[Arc<CachedPod>],
+    terminal: &[(Arc<CachedPod>, Timestamp)],
     config: Config,
 ) -> Vec<Step> {
-    let mut pods: Vec<Arc<Pod>> = background.to_vec();
+    let mut pods: Vec<Arc<CachedPod>> = background.to_vec();
     let mut steps = Vec::with_capacity(terminal.len());
     for (p, at) in terminal {
         pods.push(Arc::clone(p));

@@ -11,7 +11,7 @@ use k8s_openapi::api::batch::v1::{
     Job, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement,
     PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
 };
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodCondition};
+use kcm_pod::{CachedPod, Condition, ContainerState};
 
 use crate::pods::is_pod_failed;
 
@@ -128,7 +128,7 @@ pub fn effective_policy(job: &Job, gate_enabled: bool) -> Option<&PodFailurePoli
 ///
 /// The caller is expected to pass a pod that is already known to be failed;
 /// this function does not check the pod's phase.
-pub fn match_pod_failure_policy(policy: Option<&PodFailurePolicy>, pod: &Pod) -> PolicyMatch {
+pub fn match_pod_failure_policy(policy: Option<&PodFailurePolicy>, pod: &CachedPod) -> PolicyMatch {
     let Some(policy) = policy else {
         return PolicyMatch::unmatched();
     };
@@ -157,7 +157,7 @@ pub enum RuleOutcome<'a> {
 
 /// One rule against one pod: `onExitCodes` when present, otherwise
 /// `onPodConditions`; a rule with neither never matches.
-pub fn rule_outcome<'a>(rule: &PodFailurePolicyRule, pod: &'a Pod) -> RuleOutcome<'a> {
+pub fn rule_outcome<'a>(rule: &PodFailurePolicyRule, pod: &'a CachedPod) -> RuleOutcome<'a> {
     let matched = if let Some(requirement) = &rule.on_exit_codes {
         match_on_exit_codes(pod, requirement).map(|(container, exit_code)| Matched::ExitCode {
             container,
@@ -186,7 +186,7 @@ pub fn rule_outcome<'a>(rule: &PodFailurePolicyRule, pod: &'a Pod) -> RuleOutcom
 /// (not yet `Failed`) pod of a Job that has a pod failure policy.
 ///
 /// `gate_enabled` is the state of the `JobPodFailurePolicy` feature gate.
-pub fn get_fail_job_message(job: &Job, pods: &[&Pod], gate_enabled: bool) -> Option<String> {
+pub fn get_fail_job_message(job: &Job, pods: &[&CachedPod], gate_enabled: bool) -> Option<String> {
     let policy = effective_policy(job, gate_enabled)?;
     pods.iter()
         .filter(|pod| is_pod_failed(pod, job))
@@ -199,14 +199,13 @@ pub enum Matched<'a> {
     /// The first terminated container whose exit code satisfied the rule.
     ExitCode { container: &'a str, exit_code: i32 },
     /// The first pod condition (in the pod's order) a pattern matched.
-    Condition(&'a PodCondition),
+    Condition(&'a Condition),
 }
 
 impl Matched<'_> {
     /// The `FailJob` condition message upstream writes for this match.
-    pub fn fail_job_message(&self, pod: &Pod, rule_index: usize) -> String {
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
-        let name = pod.metadata.name.as_deref().unwrap_or("");
+    pub fn fail_job_message(&self, pod: &CachedPod, rule_index: usize) -> String {
+        let (namespace, name) = (pod.namespace(), pod.name());
         match self {
             Matched::ExitCode {
                 container,
@@ -227,28 +226,26 @@ impl Matched<'_> {
 /// The first terminated container (regular containers first, then init
 /// containers) whose exit code satisfies `requirement`: its name and exit code.
 fn match_on_exit_codes<'a>(
-    pod: &'a Pod,
+    pod: &'a CachedPod,
     requirement: &PodFailurePolicyOnExitCodesRequirement,
 ) -> Option<(&'a str, i32)> {
-    let status = pod.status.as_ref()?;
-    [&status.container_statuses, &status.init_container_statuses]
-        .into_iter()
-        .flatten()
-        .flatten()
+    pod.container_statuses()
+        .iter()
+        .chain(pod.init_container_statuses())
         .find_map(|cs| match_container(cs, requirement))
 }
 
 fn match_container<'a>(
-    cs: &'a ContainerStatus,
+    cs: &'a ContainerState,
     requirement: &PodFailurePolicyOnExitCodesRequirement,
 ) -> Option<(&'a str, i32)> {
     // Only the current state counts; a container still terminating (or
     // restarted, with the exit code only in lastState) has no exit code yet.
-    let terminated = cs.state.as_ref()?.terminated.as_ref()?;
+    let terminated = cs.terminated.as_ref()?;
     if requirement
         .container_name
         .as_ref()
-        .is_some_and(|name| *name != cs.name)
+        .is_some_and(|name| **name != *cs.name)
     {
         return None;
     }
@@ -257,7 +254,7 @@ fn match_container<'a>(
     if terminated.exit_code == 0 {
         return None;
     }
-    operator_matches(terminated.exit_code, requirement).then_some((&cs.name, terminated.exit_code))
+    operator_matches(terminated.exit_code, requirement).then_some((&*cs.name, terminated.exit_code))
 }
 
 /// `In` / `NotIn`; any other operator never matches (the API reserves new
@@ -272,13 +269,12 @@ fn operator_matches(exit_code: i32, requirement: &PodFailurePolicyOnExitCodesReq
 
 /// The first pod condition (in the pod's order) matched by any pattern.
 fn match_on_pod_conditions<'a>(
-    pod: &'a Pod,
+    pod: &'a CachedPod,
     patterns: &[PodFailurePolicyOnPodConditionsPattern],
-) -> Option<&'a PodCondition> {
-    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
-    conditions.iter().find(|condition| {
+) -> Option<&'a Condition> {
+    pod.conditions().iter().find(|condition| {
         patterns.iter().any(|pattern| {
-            condition.type_ == pattern.type_ && condition.status == pattern_status(pattern)
+            *condition.type_ == *pattern.type_ && &*condition.status == pattern_status(pattern)
         })
     })
 }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::{Job, JobStatus};
-use k8s_openapi::api::core::v1::Pod;
+use kcm_pod::CachedPod;
 
 use super::{JobCtx, JobEvent};
 use crate::indexes::OrderedIntervals;
@@ -70,17 +70,17 @@ pub fn mode(job: &Job) -> &'static str {
 /// ones to release (they stopped matching) and the orphans to adopt.
 #[derive(Debug, Default)]
 pub struct Claim {
-    pub keep: Vec<Arc<Pod>>,
-    pub release: Vec<Arc<Pod>>,
+    pub keep: Vec<Arc<CachedPod>>,
+    pub release: Vec<Arc<CachedPod>>,
     /// Adopt only after a live read shows the Job still exists unchanged.
-    pub adopt: Vec<Arc<Pod>>,
+    pub adopt: Vec<Arc<CachedPod>>,
 }
 
 /// Claims among `owned` (the pods whose controller is the Job, any
 /// namespace) and `orphans` (the pods without a controller in the Job's
 /// namespace), by the Job's selector. A Job being deleted neither
 /// releases nor adopts.
-pub fn claim(job: &Job, owned: Vec<Arc<Pod>>, orphans: Vec<Arc<Pod>>) -> Claim {
+pub fn claim(job: &Job, owned: Vec<Arc<CachedPod>>, orphans: Vec<Arc<CachedPod>>) -> Claim {
     let ns = job.metadata.namespace.as_deref().unwrap_or_default();
     let sel = job
         .spec
@@ -92,10 +92,10 @@ pub fn claim(job: &Job, owned: Vec<Arc<Pod>>, orphans: Vec<Arc<Pod>>) -> Claim {
     let deleting = job.metadata.deletion_timestamp.is_some();
     let mut c = Claim::default();
     for pod in owned {
-        if pod.metadata.namespace.as_deref() != Some(ns) {
+        if pod.namespace() != ns {
             continue;
         }
-        if selects(pod.metadata.labels.as_ref()) {
+        if selects(pod.labels()) {
             c.keep.push(pod);
         } else if !deleting {
             c.release.push(pod);
@@ -106,11 +106,7 @@ pub fn claim(job: &Job, owned: Vec<Arc<Pod>>, orphans: Vec<Arc<Pod>>) -> Claim {
     }
     c.adopt = orphans
         .into_iter()
-        .filter(|p| {
-            controller_of(p).is_none()
-                && p.metadata.deletion_timestamp.is_none()
-                && selects(p.metadata.labels.as_ref())
-        })
+        .filter(|p| controller_of(p).is_none() && !p.is_deleting() && selects(p.labels()))
         .collect();
     c
 }

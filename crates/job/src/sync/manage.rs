@@ -8,6 +8,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kcm_conditions::job::{ensure_job_condition_status, new_job_condition};
+use kcm_pod::CachedPod;
 
 use super::prepare::{REASON_COMPLETIONS_REACHED, suspended};
 use super::{
@@ -29,10 +30,10 @@ use crate::pods::{
 pub enum PodWork {
     /// The Job is finishing: DELETE every active pod, keeping finalizers
     /// (they are counted as failed unless the Job succeeds).
-    DeleteActive(Vec<Arc<Pod>>),
+    DeleteActive(Vec<Arc<CachedPod>>),
     /// Scale-down, suspension or duplicates: remove the finalizer, then
     /// DELETE (never counted). Deletions are expected.
-    Remove(Vec<Arc<Pod>>),
+    Remove(Vec<Arc<CachedPod>>),
     /// Create these pods (slow start 1, 2, 4, ...). Creations are expected.
     Create(Vec<Pod>),
     /// Creation waits for the pod-failure back-off.
@@ -133,17 +134,19 @@ fn pods_to_create(ctx: &JobCtx, indexes: &[Option<i32>]) -> Vec<Pod> {
 
 /// Active pods to remove: Indexed duplicates and out-of-range first, then
 /// the "delete first" end of the ActivePods order, at least `rm_at_least`.
-fn active_pods_for_removal(ctx: &JobCtx, rm_at_least: usize) -> Vec<Arc<Pod>> {
-    let order = |a: &Pod, b: &Pod| active_pods_order(a, b);
-    let (mut rm, mut left): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = if crate::pods::is_indexed(&ctx.job) {
-        let (r, l) = indexes::duplicated_index_pods_for_removal(&ctx.job, &ctx.active_pods, &order);
-        (
-            r.into_iter().cloned().collect(),
-            l.into_iter().cloned().collect(),
-        )
-    } else {
-        (Vec::new(), ctx.active_pods.clone())
-    };
+fn active_pods_for_removal(ctx: &JobCtx, rm_at_least: usize) -> Vec<Arc<CachedPod>> {
+    let order = |a: &CachedPod, b: &CachedPod| active_pods_order(a, b);
+    let (mut rm, mut left): (Vec<Arc<CachedPod>>, Vec<Arc<CachedPod>>) =
+        if crate::pods::is_indexed(&ctx.job) {
+            let (r, l) =
+                indexes::duplicated_index_pods_for_removal(&ctx.job, &ctx.active_pods, &order);
+            (
+                r.into_iter().cloned().collect(),
+                l.into_iter().cloned().collect(),
+            )
+        } else {
+            (Vec::new(), ctx.active_pods.clone())
+        };
     if rm.len() < rm_at_least {
         left.sort_by(|a, b| active_pods_order(a, b));
         let more = rm_at_least - rm.len();
@@ -329,6 +332,6 @@ pub fn apply_outcome(ctx: &mut JobCtx, work: &PodWork, outcome: Outcome) {
 }
 
 /// Ready pods among `pods`.
-pub fn count_ready(pods: &[Arc<Pod>]) -> i32 {
+pub fn count_ready(pods: &[Arc<CachedPod>]) -> i32 {
     i32::try_from(pods.iter().filter(|p| is_ready(p)).count()).unwrap_or(i32::MAX)
 }

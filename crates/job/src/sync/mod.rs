@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{Job, JobCondition};
-use k8s_openapi::api::core::v1::Pod;
+use kcm_pod::CachedPod;
 
 use crate::backoff::BackoffRecord;
 use crate::indexes::OrderedIntervals;
@@ -52,8 +52,8 @@ pub const ACTION_PODS_DELETED: &str = "pods_deleted";
 #[derive(Debug, Clone)]
 pub struct Input {
     pub job: Job,
-    pub pods: Vec<Arc<Pod>>,
-    /// Pod creation/deletion expectations were satisfied before listing pods.
+    pub pods: Vec<Arc<CachedPod>>,
+    /// CachedPod creation/deletion expectations were satisfied before listing pods.
     pub satisfied: bool,
     /// UIDs whose finalizer removal is in flight (not yet observed).
     pub expected_rm_finalizers: HashSet<String>,
@@ -75,8 +75,8 @@ pub struct JobEvent {
 pub struct JobCtx {
     /// The working copy whose status is written.
     pub job: Job,
-    pub pods: Vec<Arc<Pod>>,
-    pub active_pods: Vec<Arc<Pod>>,
+    pub pods: Vec<Arc<CachedPod>>,
+    pub active_pods: Vec<Arc<CachedPod>>,
     pub active: i32,
     pub ready: i32,
     pub terminating: i32,
@@ -93,7 +93,7 @@ pub struct JobCtx {
     pub failed_indexes: Option<OrderedIntervals>,
     /// Per index, the failed pod whose finalizer is kept until its
     /// replacement exists (backoffLimitPerIndex).
-    pub held: BTreeMap<i32, Arc<Pod>>,
+    pub held: BTreeMap<i32, Arc<CachedPod>>,
     pub satisfied: bool,
     pub now: Timestamp,
     pub config: Config,
@@ -118,8 +118,8 @@ impl JobCtx {
     }
 }
 
-fn uid(p: &Pod) -> &str {
-    p.metadata.uid.as_deref().unwrap_or("")
+fn uid(p: &CachedPod) -> &str {
+    p.uid()
 }
 
 #[cfg(test)]

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::{JobCondition, UncountedTerminatedPods};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kcm_conditions::job::new_job_condition;
+use kcm_pod::CachedPod;
 
 use super::{ACTION_RECONCILING, Config, Input, JobCtx, uid};
 use crate::backoff::{finished_time, new_backoff_record, past_backoff_limit_on_failure};
@@ -38,7 +38,7 @@ pub fn suspended(job: &k8s_openapi::api::batch::v1::Job) -> bool {
 pub fn counts_as_failure(
     ctx_job: &k8s_openapi::api::batch::v1::Job,
     config: Config,
-    p: &Pod,
+    p: &CachedPod,
 ) -> bool {
     match effective_policy(ctx_job, config.pod_failure_policy) {
         Some(policy) => match_pod_failure_policy(Some(policy), p).counts_towards_backoff,
@@ -50,7 +50,7 @@ pub fn counts_as_failure(
 pub(crate) fn verdict(
     job: &k8s_openapi::api::batch::v1::Job,
     config: Config,
-    p: &Pod,
+    p: &CachedPod,
 ) -> (bool, bool) {
     let m = match_pod_failure_policy(effective_policy(job, config.pod_failure_policy), p);
     (
@@ -86,7 +86,7 @@ pub fn prepare(input: Input) -> JobCtx {
         .collect();
     let uncounted_failed: HashSet<String> =
         uncounted.failed.unwrap_or_default().into_iter().collect();
-    let active_pods: Vec<Arc<Pod>> = pods.iter().filter(|p| is_active(p)).cloned().collect();
+    let active_pods: Vec<Arc<CachedPod>> = pods.iter().filter(|p| is_active(p)).cloned().collect();
     let ready =
         i32::try_from(active_pods.iter().filter(|p| is_ready(p)).count()).unwrap_or(i32::MAX);
     let terminating =
@@ -95,7 +95,7 @@ pub fn prepare(input: Input) -> JobCtx {
     // New finished pods: tracked, not yet uncounted, not awaiting finalizer
     // removal, and (Indexed) with a valid index.
     let indexed = is_indexed(&job);
-    let valid = |p: &Pod| {
+    let valid = |p: &CachedPod| {
         has_tracking_finalizer(p)
             && !expected_rm_finalizers.contains(uid(p))
             && (!indexed || valid_index(p, &job).is_some())
@@ -106,7 +106,7 @@ pub fn prepare(input: Input) -> JobCtx {
     // succeeded. Upstream still counts it here as well, so one pod could
     // count for both and complete the Job with `succeeded < completions`;
     // we exclude it (deviation, only reachable after an interrupted sync).
-    let new_succeeded: Vec<&Pod> = pods
+    let new_succeeded: Vec<&CachedPod> = pods
         .iter()
         .map(Arc::as_ref)
         .filter(|p| {
@@ -116,7 +116,7 @@ pub fn prepare(input: Input) -> JobCtx {
                 && phase(p) == "Succeeded"
         })
         .collect();
-    let new_failed: Vec<&Pod> = pods
+    let new_failed: Vec<&CachedPod> = pods
         .iter()
         .map(Arc::as_ref)
         .filter(|p| valid(p) && !uncounted_failed.contains(uid(p)) && is_pod_failed(p, &job))
@@ -212,7 +212,7 @@ fn decide_finished(ctx: &mut JobCtx) {
             );
             ctx.finished = Some(failure("Failed", &r, &m, now));
         } else {
-            let pods: Vec<&Pod> = ctx.pods.iter().map(Arc::as_ref).collect();
+            let pods: Vec<&CachedPod> = ctx.pods.iter().map(Arc::as_ref).collect();
             if let Some(msg) = get_fail_job_message(&ctx.job, &pods, ctx.config.pod_failure_policy)
             {
                 ctx.finished = Some(failure(
@@ -226,7 +226,7 @@ fn decide_finished(ctx: &mut JobCtx) {
     }
     if ctx.finished.is_none() {
         let backoff_limit = spec.backoff_limit.unwrap_or(6);
-        let pods: Vec<&Pod> = ctx.pods.iter().map(Arc::as_ref).collect();
+        let pods: Vec<&CachedPod> = ctx.pods.iter().map(Arc::as_ref).collect();
         if ctx.failed > backoff_limit || past_backoff_limit_on_failure(&ctx.job, &pods) {
             ctx.finished = Some(failure(
                 "FailureTarget",
@@ -255,7 +255,7 @@ fn decide_finished(ctx: &mut JobCtx) {
         if spec.backoff_limit_per_index.is_some() {
             let job = ctx.job.clone();
             let config = ctx.config;
-            let v = move |p: &Pod| verdict(&job, config, p);
+            let v = move |p: &CachedPod| verdict(&job, config, p);
             let failed = indexes::failed_indexes(&ctx.job, &ctx.pods, &v);
             if ctx.finished.is_none() {
                 let completions = spec.completions.unwrap_or(0);
@@ -277,7 +277,7 @@ fn decide_finished(ctx: &mut JobCtx) {
                     ));
                 }
             }
-            let finish = |p: &Pod| Some(finished_time(p));
+            let finish = |p: &CachedPod| Some(finished_time(p));
             ctx.held = indexes::pods_with_delayed_deletion_per_index(
                 &ctx.job,
                 &ctx.pods,

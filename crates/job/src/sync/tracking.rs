@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kcm_conditions::job::{ensure_job_condition_status, new_job_condition};
+use kcm_pod::CachedPod;
 
 use super::manage::PodWork;
 use super::{JobCtx, MAX_UNCOUNTED_PODS, uid};
@@ -24,7 +24,7 @@ pub struct Tracking {
     /// Write the status (flush #1) before removing finalizers.
     pub flush: bool,
     /// Pods whose tracking finalizer goes, in order.
-    pub remove_finalizers: Vec<Arc<Pod>>,
+    pub remove_finalizers: Vec<Arc<CachedPod>>,
     /// UIDs of claimed pods that still carry the finalizer (no removal in flight).
     pub uids_with_finalizer: HashSet<String>,
     /// Failures matched by a pod failure policy rule, per action, for the metric.
@@ -67,7 +67,7 @@ pub fn clean_uncounted(status: &mut JobStatus, with_finalizer: &HashSet<String>)
     changed
 }
 
-fn can_remove_finalizer(ctx: &JobCtx, pod: &Pod, failed: bool) -> bool {
+fn can_remove_finalizer(ctx: &JobCtx, pod: &CachedPod, failed: bool) -> bool {
     if ctx.job.metadata.deletion_timestamp.is_some()
         || ctx.finished.is_some()
         || phase(pod) == "Succeeded"
