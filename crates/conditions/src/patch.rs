@@ -190,7 +190,11 @@ mod tests {
         let mut with_gen = pod();
         with_gen.metadata.generation = Some(3);
         pods.push(with_gen.clone());
-        for old in [dt("DeletionByPodGC", "True"), dt("Other", "True"), dt("X", "False")] {
+        for old in [
+            dt("DeletionByPodGC", "True"),
+            dt("Other", "True"),
+            dt("X", "False"),
+        ] {
             let mut p = with_gen.clone();
             if let Some(st) = p.status.as_mut() {
                 st.observed_generation = Some(3);

@@ -1,7 +1,9 @@
 //! Ported from upstream `TestSortingActivePods` (controller_utils_test.go,
 //! v1.34), per-criterion pair tests, and order-law property tests.
 
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodCondition, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use proptest::prelude::*;
 
@@ -30,7 +32,11 @@ struct P {
 }
 
 impl P {
-    fn pod(&self) -> Pod {
+    fn pod(&self) -> CachedPod {
+        self.full().into()
+    }
+
+    fn full(&self) -> Pod {
         Pod {
             metadata: ObjectMeta {
                 name: Some(self.name.into()),
@@ -141,21 +147,19 @@ fn upstream_pods() -> Vec<P> {
     ]
 }
 
-fn names(pods: &[&Pod]) -> Vec<String> {
-    pods.iter()
-        .map(|p| p.metadata.name.clone().unwrap_or_default())
-        .collect()
+fn names(pods: &[&CachedPod]) -> Vec<String> {
+    pods.iter().map(|p| p.name().to_string()).collect()
 }
 
 #[test]
 fn sorting_active_pods_upstream_case() {
     let specs = upstream_pods();
     let want: Vec<String> = specs.iter().map(|p| p.name.to_string()).collect();
-    let pods: Vec<Pod> = specs.iter().map(P::pod).collect();
+    let pods: Vec<CachedPod> = specs.iter().map(P::pod).collect();
     // Deterministic "shuffles": every rotation, forwards and reversed.
     for rot in 0..pods.len() {
         for rev in [false, true] {
-            let mut refs: Vec<&Pod> = pods.iter().collect();
+            let mut refs: Vec<&CachedPod> = pods.iter().collect();
             refs.rotate_left(rot);
             if rev {
                 refs.reverse();
@@ -415,7 +419,7 @@ fn ties_are_equal() {
         );
     }
     assert_eq!(
-        active_pods_order(&Pod::default(), &Pod::default()),
+        active_pods_order(&CachedPod::default(), &CachedPod::default()),
         Ordering::Equal
     );
 }
@@ -462,8 +466,8 @@ proptest! {
 
     #[test]
     fn sorting_yields_a_sorted_list(ps in prop::collection::vec(arb_p(), 0..8)) {
-        let pods: Vec<Pod> = ps.iter().map(P::pod).collect();
-        let mut refs: Vec<&Pod> = pods.iter().collect();
+        let pods: Vec<CachedPod> = ps.iter().map(P::pod).collect();
+        let mut refs: Vec<&CachedPod> = pods.iter().collect();
         sort_active_pods(&mut refs);
         for w in refs.windows(2) {
             prop_assert_ne!(active_pods_order(w[0], w[1]), Ordering::Greater);

@@ -294,7 +294,7 @@ impl<P: JobPort> JobController<P> {
 mod tests {
     use super::newly_fails_job;
     use k8s_openapi::api::batch::v1::Job;
-    use kcm_pod::{CachedPod, ControllerRef};
+    use kcm_pod::CachedPod;
     use serde_json::json;
 
     fn job(policy: bool, finished: bool) -> Job {

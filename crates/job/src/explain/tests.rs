@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::pods::{is_active, is_terminal};
+use crate::sync::tests::world::full::{is_active, is_terminal, phase};
 use crate::sync::tests::world::{World, job, set_exit};
 
 fn fail(w: &mut World, i: usize, outcome: Outcome) {
@@ -405,7 +405,7 @@ proptest! {
         let policy = effective_policy(&w.job, true);
         for r in &e.failures {
             let p = w.pods.iter().find(|p| p.metadata.name.as_deref() == Some(&r.pod)).expect("pod");
-            let m = match_pod_failure_policy(policy, p);
+            let m = match_pod_failure_policy(policy, &p.into());
             prop_assert_eq!(r.rule, m.rule);
             prop_assert_eq!(r.action.as_str(), m.action.map_or("default", Action::as_str));
         }
@@ -426,7 +426,7 @@ proptest! {
                 status.failed_indexes.clone().unwrap_or_default());
         }
         // Nothing is left unexplained: every terminal failed pod is reported.
-        let failed_pods = w.pods.iter().filter(|p| is_terminal(p) && crate::pods::phase(p) == "Failed").count();
+        let failed_pods = w.pods.iter().filter(|p| is_terminal(p) && phase(p) == "Failed").count();
         prop_assert_eq!(e.failures.len() + e.stopped.len(), failed_pods);
     }
 }

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{JobSpec, JobStatus, PodFailurePolicy};
-use k8s_openapi::api::core::v1::PodStatus;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use proptest::prelude::*;
 
@@ -79,13 +79,13 @@ impl B {
         self.0.metadata.deletion_timestamp = Some(Time(ts(secs)));
         self
     }
-    fn p(self) -> Pod {
-        self.0
+    fn p(self) -> CachedPod {
+        self.0.into()
     }
 }
 
 /// Pods from `(index, phase)` pairs, all with the tracking finalizer when `fin`.
-fn hollow(descs: &[(&str, &str)], fin: bool) -> Vec<Pod> {
+fn hollow(descs: &[(&str, &str)], fin: bool) -> Vec<CachedPod> {
     descs
         .iter()
         .map(|(i, ph)| {

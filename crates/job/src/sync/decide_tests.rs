@@ -1,12 +1,13 @@
 use k8s_openapi::api::batch::v1::JobCondition;
+use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
 use super::*;
 use crate::sync::tests::world::{job, pod};
 use crate::sync::{Input, prepare};
 
-fn arc(p: Pod) -> Arc<Pod> {
-    Arc::new(p)
+fn arc(p: Pod) -> Arc<CachedPod> {
+    Arc::new(p.into())
 }
 
 fn labelled(name: &str, labels: serde_json::Value) -> Pod {
@@ -67,11 +68,8 @@ fn claim_keeps_releases_and_adopts_by_selector() {
             arc(labelled("owned", json!({"app": "a"}))),
         ],
     );
-    let names = |v: &[Arc<Pod>]| -> Vec<String> {
-        v.iter()
-            .map(|p| p.metadata.name.clone().unwrap_or_default())
-            .collect()
-    };
+    let names =
+        |v: &[Arc<CachedPod>]| -> Vec<String> { v.iter().map(|p| p.name().to_string()).collect() };
     assert_eq!(names(&c.keep), ["mine"]);
     assert_eq!(names(&c.release), ["strayed"]);
     assert_eq!(names(&c.adopt), ["orphan"]);
@@ -86,7 +84,7 @@ fn claim_keeps_releases_and_adopts_by_selector() {
 fn ctx_of(j: Job, pods: Vec<Pod>) -> JobCtx {
     prepare(Input {
         job: j,
-        pods: pods.into_iter().map(Arc::new).collect(),
+        pods: pods.into_iter().map(|p| Arc::new(p.into())).collect(),
         satisfied: true,
         expected_rm_finalizers: Default::default(),
         stored_backoff: None,

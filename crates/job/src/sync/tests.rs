@@ -14,7 +14,8 @@ use serde_json::json;
 
 use super::JobEvent;
 use super::manage::PodWork;
-use crate::pods::{JOB_COMPLETION_INDEX, is_active};
+use crate::pods::JOB_COMPLETION_INDEX;
+use crate::sync::tests::world::full::is_active;
 use world::*;
 
 #[test]
@@ -25,7 +26,7 @@ fn first_sync_creates_parallelism_pods() {
     assert_eq!(created.len(), 3);
     for p in &created {
         assert_eq!(p.metadata.generate_name.as_deref(), Some("j-"));
-        assert!(crate::pods::has_tracking_finalizer(p));
+        assert!(crate::sync::tests::world::full::has_tracking_finalizer(p));
         let owner = &p.metadata.owner_references.as_ref().expect("owner")[0];
         assert_eq!(
             (owner.uid.as_str(), owner.controller),
@@ -98,7 +99,7 @@ fn succeeded_pod_is_uncounted_then_counted_then_complete() {
     assert!(
         w.pods
             .iter()
-            .all(|p| uid(p) != "a" || !crate::pods::has_tracking_finalizer(p))
+            .all(|p| uid(p) != "a" || !crate::sync::tests::world::full::has_tracking_finalizer(p))
     );
 
     // b succeeds: SuccessCriteriaMet goes out with the uncounted UID, then
@@ -181,7 +182,7 @@ fn ignore_rule_never_counts_but_backs_off() {
     assert!(
         w.pods
             .iter()
-            .all(|p| !crate::pods::has_tracking_finalizer(p))
+            .all(|p| !crate::sync::tests::world::full::has_tracking_finalizer(p))
     );
     w.advance(10);
     let r = w.sync(Crash::None);
@@ -348,7 +349,7 @@ fn deleted_job_releases_finalizers_without_counting_running_pods() {
     assert!(
         w.pods
             .iter()
-            .all(|p| !crate::pods::has_tracking_finalizer(p))
+            .all(|p| !crate::sync::tests::world::full::has_tracking_finalizer(p))
     );
     let s = w.job.status.clone().unwrap_or_default();
     assert_eq!((s.succeeded, s.failed), (Some(1), None));
@@ -450,7 +451,7 @@ fn crash_points_stop_the_sync_where_named() {
         let kept = w
             .pods
             .iter()
-            .filter(|p| crate::pods::has_tracking_finalizer(p))
+            .filter(|p| crate::sync::tests::world::full::has_tracking_finalizer(p))
             .count();
         assert_eq!(2 - kept, removed, "{crash:?}");
         let r = w.sync(Crash::None);

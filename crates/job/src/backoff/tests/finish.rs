@@ -19,7 +19,11 @@ struct FinishCase {
 }
 
 impl FinishCase {
-    fn pod(&self) -> Pod {
+    fn pod(&self) -> CachedPod {
+        self.full().into()
+    }
+
+    fn full(&self) -> Pod {
         let init_containers: Vec<Container> = self
             .sidecars
             .iter()
@@ -200,7 +204,7 @@ fn finished_time_table() {
     for c in cases {
         assert_eq!(finished_time(&c.pod()), c.want, "{}", c.name);
     }
-    assert_eq!(finished_time(&Pod::default()), GO_ZERO_TIME);
+    assert_eq!(finished_time(&CachedPod::default()), GO_ZERO_TIME);
 }
 
 // ------------------------------------------------------- new_backoff_record
@@ -321,18 +325,18 @@ fn new_backoff_record_table() {
         },
     ];
     for c in cases {
-        let succeeded: Vec<Pod> = c
+        let succeeded: Vec<CachedPod> = c
             .succeeded
             .iter()
             .map(|ms| pod_finished_at("Succeeded", at(*ms)))
             .collect();
-        let failed: Vec<Pod> = c
+        let failed: Vec<CachedPod> = c
             .failed
             .iter()
             .map(|ms| pod_finished_at("Failed", at(*ms)))
             .collect();
-        let s: Vec<&Pod> = succeeded.iter().collect();
-        let f: Vec<&Pod> = failed.iter().collect();
+        let s: Vec<&CachedPod> = succeeded.iter().collect();
+        let f: Vec<&CachedPod> = failed.iter().collect();
         assert_eq!(
             new_backoff_record(c.stored.as_ref(), &s, &f),
             c.want,

@@ -14,6 +14,8 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::pods::{JOB_INDEX_FAILURE_COUNT, JOB_INDEX_IGNORED_FAILURE_COUNT};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// 2009-11-10T23:00:00Z, upstream's `defaultTestTime`.
 fn t0() -> Timestamp {
@@ -61,7 +63,11 @@ fn term_no_time(name: &str) -> ContainerStatus {
     }
 }
 
-fn pod_finished_at(phase: &str, t: Timestamp) -> Pod {
+fn pod_finished_at(phase: &str, t: Timestamp) -> CachedPod {
+    pod_finished_at_full(phase, t).into()
+}
+
+fn pod_finished_at_full(phase: &str, t: Timestamp) -> Pod {
     Pod {
         status: Some(PodStatus {
             phase: Some(phase.into()),

@@ -82,7 +82,11 @@ fn remaining_time_with_upstream_defaults() {
     assert_eq!(remaining_time(&BackoffRecord::default(), t0()), secs(0));
 }
 
-fn held_pod(fail: Option<&str>, ignored: Option<&str>, deletion: Timestamp) -> Pod {
+fn held_pod(fail: Option<&str>, ignored: Option<&str>, deletion: Timestamp) -> CachedPod {
+    held_pod_full(fail, ignored, deletion).into()
+}
+
+fn held_pod_full(fail: Option<&str>, ignored: Option<&str>, deletion: Timestamp) -> Pod {
     let mut ann = BTreeMap::new();
     if let Some(v) = fail {
         ann.insert(JOB_INDEX_FAILURE_COUNT.to_string(), v.to_string());
@@ -106,7 +110,7 @@ fn held_pod(fail: Option<&str>, ignored: Option<&str>, deletion: Timestamp) -> P
 
 #[test]
 fn remaining_time_per_index_table() {
-    let cases: Vec<(&str, Option<Pod>, Timestamp, Duration)> = vec![
+    let cases: Vec<(&str, Option<CachedPod>, Timestamp, Duration)> = vec![
         // Upstream cases use base 5s: 2 prior failures → 3rd → 20s; with the
         // 10s default that is 40s.
         ("no held pod", None, t0(), secs(0)),
@@ -171,7 +175,11 @@ fn on_failure_job(restart_policy: &str, limit: Option<i32>) -> Job {
     }
 }
 
-fn restarting_pod(phase: &str, regular: &[i32], init: &[i32]) -> Pod {
+fn restarting_pod(phase: &str, regular: &[i32], init: &[i32]) -> CachedPod {
+    restarting_pod_full(phase, regular, init).into()
+}
+
+fn restarting_pod_full(phase: &str, regular: &[i32], init: &[i32]) -> Pod {
     let statuses = |v: &[i32]| {
         Some(
             v.iter()
@@ -323,11 +331,11 @@ fn past_backoff_limit_on_failure_table() {
         ),
     ];
     for (name, policy, limit, pods, want) in cases {
-        let pods: Vec<Pod> = pods
+        let pods: Vec<CachedPod> = pods
             .iter()
             .map(|(ph, r, i)| restarting_pod(ph, r, i))
             .collect();
-        let refs: Vec<&Pod> = pods.iter().collect();
+        let refs: Vec<&CachedPod> = pods.iter().collect();
         assert_eq!(
             past_backoff_limit_on_failure(&on_failure_job(policy, limit), &refs),
             want,
@@ -374,10 +382,10 @@ proptest! {
         fail in prop::collection::vec(-50i64..50, 0..6),
         stored in 0i32..5,
     ) {
-        let sp: Vec<Pod> = succ.iter().map(|ms| pod_finished_at("Succeeded", at(*ms))).collect();
-        let fp: Vec<Pod> = fail.iter().map(|ms| pod_finished_at("Failed", at(*ms))).collect();
-        let s: Vec<&Pod> = sp.iter().collect();
-        let f: Vec<&Pod> = fp.iter().collect();
+        let sp: Vec<CachedPod> = succ.iter().map(|ms| pod_finished_at("Succeeded", at(*ms))).collect();
+        let fp: Vec<CachedPod> = fail.iter().map(|ms| pod_finished_at("Failed", at(*ms))).collect();
+        let s: Vec<&CachedPod> = sp.iter().collect();
+        let f: Vec<&CachedPod> = fp.iter().collect();
         let prior = BackoffRecord { failures_after_last_success: stored, last_failure_time: Some(at(-100)) };
         let got = new_backoff_record(Some(&prior), &s, &f);
         // Order of the inputs does not matter.

@@ -6,8 +6,8 @@ use k8s_openapi::api::core::v1::Container;
 use super::*;
 
 /// Stand-in for `ActivePods` ("delete first" first): Pending < Unknown < Running.
-fn by_phase(a: &Pod, b: &Pod) -> Ordering {
-    let rank = |p: &Pod| match phase(p) {
+fn by_phase(a: &CachedPod, b: &CachedPod) -> Ordering {
+    let rank = |p: &CachedPod| match phase(p) {
         "Pending" => 0,
         "Unknown" => 1,
         "Running" => 2,
@@ -16,16 +16,15 @@ fn by_phase(a: &Pod, b: &Pod) -> Ordering {
     rank(a).cmp(&rank(b))
 }
 
-fn describe<P: Borrow<Pod>>(pods: &[&P]) -> Vec<(String, String)> {
+fn describe<P: Borrow<CachedPod>>(pods: &[&P]) -> Vec<(String, String)> {
     pods.iter()
         .map(|p| {
-            let p: &Pod = (*p).borrow();
+            let p: &CachedPod = (*p).borrow();
             let ix = p
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(JOB_COMPLETION_INDEX).cloned())
-                .unwrap_or_else(|| NO_INDEX.to_string());
+                .job_annotations()
+                .completion_index
+                .as_deref()
+                .map_or_else(|| NO_INDEX.to_string(), str::to_string);
             (ix, phase(p).to_string())
         })
         .collect()
@@ -419,8 +418,8 @@ fn accepts_arc_and_reference_slices() {
         &[("0", "Running"), ("0", "Pending"), ("1", "Succeeded")],
         true,
     );
-    let arcs: Vec<Arc<Pod>> = owned.iter().cloned().map(Arc::new).collect();
-    let refs: Vec<&Pod> = owned.iter().collect();
+    let arcs: Vec<Arc<CachedPod>> = owned.iter().cloned().map(Arc::new).collect();
+    let refs: Vec<&CachedPod> = owned.iter().collect();
     let j = job(3);
     let (rm, left) = duplicated_index_pods_for_removal(&j, &arcs[..2], &by_phase);
     assert_eq!(describe(&rm), owned_descs(&[("0", "Pending")]));

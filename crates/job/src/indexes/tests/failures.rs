@@ -3,24 +3,24 @@
 
 use super::*;
 
-fn count_towards(_: &Pod) -> (bool, bool) {
+fn count_towards(_: &CachedPod) -> (bool, bool) {
     (true, false)
 }
 
-fn ignore(_: &Pod) -> (bool, bool) {
+fn ignore(_: &CachedPod) -> (bool, bool) {
     (false, false)
 }
 
-fn fail_index(_: &Pod) -> (bool, bool) {
+fn fail_index(_: &CachedPod) -> (bool, bool) {
     (true, true)
 }
 
-fn not_consulted(_: &Pod) -> (bool, bool) {
+fn not_consulted(_: &CachedPod) -> (bool, bool) {
     panic!("the policy verdict must not be asked for without a pod failure policy")
 }
 
-fn deletion_time(p: &Pod) -> Option<Timestamp> {
-    p.metadata.deletion_timestamp.as_ref().map(|t| t.0)
+fn deletion_time(p: &CachedPod) -> Option<Timestamp> {
+    p.deletion_timestamp()
 }
 
 #[test]
@@ -181,7 +181,7 @@ fn succeeded_indexes_table() {
 
 #[test]
 fn is_index_failed_table() {
-    type Case<'a> = (&'a str, Job, Pod, FailureVerdict<'a>, bool);
+    type Case<'a> = (&'a str, Job, CachedPod, FailureVerdict<'a>, bool);
     let cases: Vec<Case<'_>> = vec![
         (
             "failed pod reaching backoffLimitPerIndex=0",
@@ -271,7 +271,13 @@ fn is_index_failed_table() {
 #[test]
 fn failed_indexes_table() {
     // Upstream TestCalculateFailedIndexes: (name, status.failedIndexes, limit, pods, want).
-    type Case<'a> = (&'a str, Option<&'a str>, i32, Vec<Pod>, &'a [(i32, i32)]);
+    type Case<'a> = (
+        &'a str,
+        Option<&'a str>,
+        i32,
+        Vec<CachedPod>,
+        &'a [(i32, i32)],
+    );
     let cases: Vec<Case<'_>> = vec![
         (
             "one new index failed",
@@ -333,7 +339,14 @@ fn failed_indexes_table() {
 fn delayed_deletion_table() {
     // Upstream TestGetPodsWithDelayedDeletionPerIndex plus our own cases:
     // (name, completions, limit, pods, expected finalizer removals, want UIDs).
-    type Case<'a> = (&'a str, i32, i32, Vec<Pod>, &'a [&'a str], &'a [&'a str]);
+    type Case<'a> = (
+        &'a str,
+        i32,
+        i32,
+        Vec<CachedPod>,
+        &'a [&'a str],
+        &'a [&'a str],
+    );
     let f = |uid: &str, ix: &str, count: &str| pod(ix, "Failed").uid(uid).failures(count).fin();
     let cases: Vec<Case<'_>> = vec![
         (
@@ -467,10 +480,7 @@ fn delayed_deletion_table() {
             &rm,
             &deletion_time,
         );
-        let mut got_uids: Vec<&str> = got
-            .values()
-            .filter_map(|p| p.metadata.uid.as_deref())
-            .collect();
+        let mut got_uids: Vec<&str> = got.values().map(|p| p.uid()).collect();
         got_uids.sort_unstable();
         assert_eq!(got_uids, want.to_vec(), "{name}");
     }
@@ -491,7 +501,7 @@ fn delayed_deletion_table() {
 #[test]
 fn new_index_failure_counts_table() {
     // Upstream TestGetNewIndexFailureCountValue plus our own cases.
-    type Case<'a> = (&'a str, Job, Option<Pod>, bool, (i32, i32));
+    type Case<'a> = (&'a str, Job, Option<CachedPod>, bool, (i32, i32));
     let held = |count: &str| pod("0", "Failed").uid("a").failures(count).fin();
     let cases: Vec<Case<'_>> = vec![
         ("first pod created", job(1), None, true, (0, 0)),

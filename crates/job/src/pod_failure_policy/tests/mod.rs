@@ -6,12 +6,26 @@ use k8s_openapi::api::batch::v1::{
     PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStateTerminated, PodStatus,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus, Pod,
+    PodCondition, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use proptest::prelude::*;
 
 use super::*;
+
+/// The matcher over a test pod as the cache holds it (the tests build API
+/// pods; the controller reads the cached form).
+fn match_pod_failure_policy(policy: Option<&PodFailurePolicy>, pod: &Pod) -> PolicyMatch {
+    super::match_pod_failure_policy(policy, &CachedPod::from(pod))
+}
+
+/// [`super::get_fail_job_message`] over test pods, as cached.
+fn get_fail_job_message(job: &Job, pods: &[&Pod], gate_enabled: bool) -> Option<String> {
+    let cached: Vec<CachedPod> = pods.iter().map(|p| CachedPod::from(*p)).collect();
+    let refs: Vec<&CachedPod> = cached.iter().collect();
+    super::get_fail_job_message(job, &refs, gate_enabled)
+}
 
 /// The state of one container status in a test pod.
 #[derive(Clone, Copy, Debug)]

@@ -8,9 +8,8 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
 use crate::indexes::OrderedIntervals;
-use crate::pods::{
-    JOB_COMPLETION_INDEX, JOB_INDEX_FAILURE_COUNT, has_tracking_finalizer, is_active,
-};
+use crate::pods::{JOB_COMPLETION_INDEX, JOB_INDEX_FAILURE_COUNT};
+use crate::sync::tests::world::full::{has_tracking_finalizer, is_active};
 use crate::sync::tests::world::*;
 
 fn with_conditions(mut j: Job, conditions: serde_json::Value) -> Job {
@@ -208,7 +207,7 @@ fn malformed_completed_indexes_are_read_leniently_and_rewritten_well_formed() {
         let created: Vec<i32> = r
             .created()
             .iter()
-            .filter_map(crate::pods::completion_index)
+            .filter_map(crate::sync::tests::world::full::completion_index)
             .collect();
         assert_eq!(created, first_created, "{written:?}");
         assert_eq!(
@@ -314,7 +313,7 @@ fn bad_completion_index_annotations() {
     let created: Vec<i32> = r
         .created()
         .iter()
-        .filter_map(crate::pods::completion_index)
+        .filter_map(crate::sync::tests::world::full::completion_index)
         .collect();
     assert_eq!(created, vec![0, 1]);
 }

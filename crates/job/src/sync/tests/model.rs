@@ -35,8 +35,8 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::indexes::OrderedIntervals;
-use crate::pods::{has_tracking_finalizer, is_active, is_terminal, phase};
 use crate::sync::manage::PodWork;
+use crate::sync::tests::world::full::{has_tracking_finalizer, is_active, is_terminal, phase};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -290,7 +290,7 @@ fn apply(w: &mut World, c: &mut Checker, op: &Op) {
             }
         }
         Op::KubeletStop(i) => {
-            if let Some(k) = pick(w, i, &crate::pods::is_terminating) {
+            if let Some(k) = pick(w, i, &crate::sync::tests::world::full::is_terminating) {
                 let p = &mut w.pods[k];
                 p.status.get_or_insert_with(Default::default).phase = Some("Failed".into());
                 set_exit(p, 137, now);

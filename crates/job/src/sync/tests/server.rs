@@ -13,6 +13,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kcm_pod::CachedPod;
 use kcm_runtime::client::Written;
 use kcm_runtime::events::EventType;
 use kcm_runtime::informer::Informer;
@@ -53,7 +54,7 @@ pub(crate) struct SyncLog {
     pub created: Vec<Pod>,
     /// Deleted pods, in order; `removal`: some of them lost their
     /// finalizer first (a removal, not a finishing Job's deletion).
-    pub deleted: Vec<Pod>,
+    pub deleted: Vec<CachedPod>,
     pub removal: bool,
     finalizer_removed: HashSet<String>,
     tracking_writes: usize,
@@ -84,7 +85,8 @@ pub(crate) struct Server {
 pub(crate) fn gone(p: &Pod) -> bool {
     p.metadata.deletion_timestamp.is_some()
         && p.metadata.finalizers.as_ref().is_none_or(Vec::is_empty)
-        && (p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none() || is_terminal(p))
+        && (p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()
+            || is_terminal(&CachedPod::from(p)))
 }
 
 fn has_true(s: Option<&JobStatus>, type_: &str) -> bool {
@@ -116,7 +118,7 @@ impl Server {
         self.fed_pods.clear();
     }
 
-    fn phase_of(&self, call: Call, pod: Option<&Pod>, status: Option<&JobStatus>) -> Phase {
+    fn phase_of(&self, call: Call, pod: Option<&CachedPod>, status: Option<&JobStatus>) -> Phase {
         match call {
             Call::Claim => self.log.phase,
             Call::Create | Call::Delete => Phase::PodWork,
@@ -126,7 +128,7 @@ impl Server {
                 let p = pod.expect("pod");
                 if self.log.phase != Phase::Tracking
                     && is_active(p)
-                    && !self.log.deleted.iter().any(|d| uid(d) == uid(p))
+                    && !self.log.deleted.iter().any(|d| d.uid() == p.uid())
                 {
                     Phase::PodWork
                 } else {
@@ -139,7 +141,7 @@ impl Server {
                 let pre_delete = self.log.phase == Phase::Start
                     && has_true(status, "SuccessCriteriaMet")
                     && !has_true(self.job.status.as_ref(), "SuccessCriteriaMet")
-                    && self.pods.iter().any(is_active);
+                    && self.pods.iter().any(|p| is_active(&CachedPod::from(p)));
                 if pre_delete {
                     Phase::PodWork
                 } else {
@@ -150,7 +152,7 @@ impl Server {
     }
 
     /// Whether the process dies before this write; logs it otherwise.
-    fn dies(&mut self, call: Call, pod: Option<&Pod>, status: Option<&JobStatus>) -> bool {
+    fn dies(&mut self, call: Call, pod: Option<&CachedPod>, status: Option<&JobStatus>) -> bool {
         if self.log.dead {
             return true;
         }
@@ -195,7 +197,7 @@ fn died() -> kube::Error {
 pub(crate) struct WorldPort {
     pub server: Arc<Mutex<Server>>,
     pub jobs: Arc<Informer<Job>>,
-    pub pods: Arc<Informer<Pod>>,
+    pub pods: Arc<Informer<CachedPod>>,
 }
 
 impl WorldPort {
@@ -248,21 +250,21 @@ impl WorldPort {
     fn write_pod(
         &self,
         call: Call,
-        pod: &Pod,
+        pod: &CachedPod,
         f: impl FnOnce(&mut Pod, Timestamp),
     ) -> Settle<Written> {
         let mut s = self.server.lock();
         if s.dies(call, Some(pod), None) {
             return Err(died());
         }
+        let id = pod.uid().to_string();
         if call == Call::Delete {
-            s.log.removal |= s.log.finalizer_removed.contains(&uid(pod));
+            s.log.removal |= s.log.finalizer_removed.contains(&id);
             s.log.deleted.push(pod.clone());
         }
         if call == Call::RemoveFinalizer {
-            s.log.finalizer_removed.insert(uid(pod));
+            s.log.finalizer_removed.insert(id.clone());
         }
-        let id = uid(pod);
         let Some(i) = s.pods.iter().position(|p| uid(p) == id) else {
             return Ok(Settled::Moot);
         };
@@ -292,7 +294,7 @@ impl WorldPort {
 impl JobPort for WorldPort {
     async fn create_pod(&self, _job: &Job, pod: &Pod) -> Settle<Written> {
         let mut s = self.server.lock();
-        if s.dies(Call::Create, Some(pod), None) {
+        if s.dies(Call::Create, Some(&CachedPod::from(pod)), None) {
             return Err(died());
         }
         s.log.created.push(pod.clone());
@@ -315,7 +317,7 @@ impl JobPort for WorldPort {
         Ok(Settled::Written(written(Some(id), rv)))
     }
 
-    async fn delete_pod(&self, pod: &Pod) -> Settle<()> {
+    async fn delete_pod(&self, pod: &CachedPod) -> Settle<()> {
         let r = self.write_pod(Call::Delete, pod, |p, now| {
             if p.metadata.deletion_timestamp.is_none() {
                 p.metadata.deletion_timestamp = Some(Time(now));
@@ -327,7 +329,7 @@ impl JobPort for WorldPort {
         })
     }
 
-    async fn remove_finalizer(&self, pod: &Pod) -> Settle<Written> {
+    async fn remove_finalizer(&self, pod: &CachedPod) -> Settle<Written> {
         self.write_pod(Call::RemoveFinalizer, pod, |p, _| {
             if let Some(f) = p.metadata.finalizers.as_mut() {
                 f.retain(|x| x != JOB_TRACKING_FINALIZER);
@@ -335,7 +337,7 @@ impl JobPort for WorldPort {
         })
     }
 
-    async fn adopt_pod(&self, job: &Job, pod: &Pod) -> Settle<Written> {
+    async fn adopt_pod(&self, job: &Job, pod: &CachedPod) -> Settle<Written> {
         self.write_pod(Call::Claim, pod, |p, _| {
             p.metadata
                 .owner_references
@@ -348,7 +350,7 @@ impl JobPort for WorldPort {
         })
     }
 
-    async fn release_pod(&self, job: &Job, pod: &Pod) -> Settle<Written> {
+    async fn release_pod(&self, job: &Job, pod: &CachedPod) -> Settle<Written> {
         self.write_pod(Call::Claim, pod, |p, _| {
             if let Some(refs) = p.metadata.owner_references.as_mut() {
                 refs.retain(|r| Some(&r.uid) != job.metadata.uid.as_ref());

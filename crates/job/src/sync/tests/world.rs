@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodCondition, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kcm_pod::CachedPod;
 use kcm_runtime::clock::Clock;
 use kcm_runtime::informer::Informer;
 use parking_lot::Mutex;
@@ -120,6 +121,32 @@ pub(crate) fn indexed(mut p: Pod, i: i32) -> Pod {
     p
 }
 
+/// The Job controller's pod predicates over the world's stored (API) pods,
+/// through the cached form the controller reads.
+pub(crate) mod full {
+    use k8s_openapi::api::core::v1::Pod;
+    use kcm_pod::CachedPod;
+
+    pub fn is_active(p: &Pod) -> bool {
+        crate::pods::is_active(&CachedPod::from(p))
+    }
+    pub fn is_terminal(p: &Pod) -> bool {
+        crate::pods::is_terminal(&CachedPod::from(p))
+    }
+    pub fn is_terminating(p: &Pod) -> bool {
+        crate::pods::is_terminating(&CachedPod::from(p))
+    }
+    pub fn phase(p: &Pod) -> String {
+        crate::pods::phase(&CachedPod::from(p)).to_string()
+    }
+    pub fn has_tracking_finalizer(p: &Pod) -> bool {
+        crate::pods::has_tracking_finalizer(&CachedPod::from(p))
+    }
+    pub fn completion_index(p: &Pod) -> Option<i32> {
+        crate::pods::completion_index(&CachedPod::from(p))
+    }
+}
+
 pub(crate) fn uid(p: &Pod) -> String {
     p.metadata.uid.clone().unwrap_or_default()
 }
@@ -145,7 +172,7 @@ pub(crate) struct Report {
 
 impl Report {
     fn new(log: SyncLog, finished: bool, backoff: Option<Duration>) -> Self {
-        let arcs = |pods: Vec<Pod>| pods.into_iter().map(Arc::new).collect();
+        let arcs = |pods: Vec<CachedPod>| pods.into_iter().map(Arc::new).collect();
         let work = if !log.created.is_empty() {
             PodWork::Create(log.created)
         } else if log.removal {
@@ -175,7 +202,7 @@ impl Report {
 
     pub fn removed(&self) -> Vec<String> {
         match &self.work {
-            PodWork::Remove(p) => p.iter().map(|p| uid(p)).collect(),
+            PodWork::Remove(p) => p.iter().map(|p| p.uid().to_string()).collect(),
             _ => Vec::new(),
         }
     }
@@ -270,7 +297,7 @@ impl World {
         }
         self.server.lock().forget_fed();
         let jobs = Arc::new(Informer::<Job>::fed());
-        let pods = Arc::new(Informer::<Pod>::fed());
+        let pods = Arc::new(Informer::<CachedPod>::fed());
         add_indexes(&jobs, &pods);
         let port = WorldPort {
             server: Arc::clone(&self.server),
