@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::{TestNamespace, kubelet, shared};
+use kcm_pod::CachedPod;
 use kcm_runtime::informer::{
     BY_NAMESPACE, BY_NODE_NAME, Change, InformerFactory, WirePod, namespace_index, pod_node_index,
 };
@@ -49,31 +50,23 @@ async fn informer_sees_add_update_delete_and_deletes_missed_while_down() {
         .expect("before");
 
     let factory = InformerFactory::new(client.clone());
-    let informer = factory.informer::<Pod>();
+    let informer = factory.informer::<CachedPod>();
     informer.add_index(BY_NODE_NAME, pod_node_index());
     informer.add_index(BY_NAMESPACE, namespace_index());
     let seen = Arc::new(Mutex::new(Vec::new()));
     let ns_name = ns.name.clone();
     let s = Arc::clone(&seen);
-    informer.add_handler(Arc::new(move |c: &Change<Pod>| {
-        if c.object().metadata.namespace.as_deref() != Some(&ns_name) {
+    informer.add_handler(Arc::new(move |c: &Change<CachedPod>| {
+        if c.object().namespace() != ns_name {
             return;
         }
-        let node = |p: &Pod| {
-            p.spec
-                .as_ref()
-                .and_then(|s| s.node_name.clone())
-                .unwrap_or_default()
-        };
+        let node = |p: &CachedPod| p.node_name().unwrap_or_default().to_string();
         s.lock().push(match c {
-            Change::Added(p) => format!("add {}", p.metadata.name.clone().unwrap_or_default()),
-            Change::Updated { old, new } => format!(
-                "update {} node {:?}->{:?}",
-                new.metadata.name.clone().unwrap_or_default(),
-                node(old),
-                node(new)
-            ),
-            Change::Deleted(p) => format!("delete {}", p.metadata.name.clone().unwrap_or_default()),
+            Change::Added(p) => format!("add {}", p.name()),
+            Change::Updated { old, new } => {
+                format!("update {} node {:?}->{:?}", new.name(), node(old), node(new))
+            }
+            Change::Deleted(p) => format!("delete {}", p.name()),
         });
     }));
     let stop = CancellationToken::new();
@@ -96,16 +89,11 @@ async fn informer_sees_add_update_delete_and_deletes_missed_while_down() {
     wait_seen(&seen, &format!("update live node \"\"->{node:?}")).await;
     let cached = informer.store().by_index(BY_NODE_NAME, &node);
     assert_eq!(cached.len(), 1);
-    // Decoded lean from the wire: no managed fields, no container specs,
-    // but the node, the uid and the status the controllers read.
-    assert!(cached[0].metadata.managed_fields.is_none());
-    assert!(cached[0].metadata.uid.is_some());
-    assert!(
-        cached[0].spec.as_ref().is_some_and(
-            |s| s.containers.is_empty() && s.restart_policy.as_deref() == Some("Always")
-        )
-    );
-    assert!(cached[0].status.is_some());
+    // Decoded straight into the cached pod: the node, the uid and the
+    // status the controllers read (nothing else is there to read).
+    assert!(!cached[0].uid().is_empty());
+    assert_eq!(cached[0].node_name(), Some(node.as_str()));
+    assert!(cached[0].has_status() && cached[0].phase() == "Pending");
     pods.delete("live", &DeleteParams::default().grace_period(0))
         .await
         .expect("delete");
