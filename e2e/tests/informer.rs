@@ -64,7 +64,12 @@ async fn informer_sees_add_update_delete_and_deletes_missed_while_down() {
         s.lock().push(match c {
             Change::Added(p) => format!("add {}", p.name()),
             Change::Updated { old, new } => {
-                format!("update {} node {:?}->{:?}", new.name(), node(old), node(new))
+                format!(
+                    "update {} node {:?}->{:?}",
+                    new.name(),
+                    node(old),
+                    node(new)
+                )
             }
             Change::Deleted(p) => format!("delete {}", p.name()),
         });

@@ -9,9 +9,9 @@ use k8s_openapi::api::core::v1::ContainerStatus;
 
 use crate::intern::{intern, intern_tolerations};
 use crate::{
-    CachedPod, Condition, ContainerState, ControllerRef, DISRUPTION_TARGET,
-    JOB_COMPLETION_INDEX, JOB_INDEX_FAILURE_COUNT, JOB_INDEX_IGNORED_FAILURE_COUNT,
-    JOB_TRACKING_FINALIZER, JobAnnotations, Labels, Terminated, Toleration,
+    CachedPod, Condition, ContainerState, ControllerRef, DISRUPTION_TARGET, JOB_COMPLETION_INDEX,
+    JOB_INDEX_FAILURE_COUNT, JOB_INDEX_IGNORED_FAILURE_COUNT, JOB_TRACKING_FINALIZER,
+    JobAnnotations, Labels, Terminated, Toleration,
 };
 
 impl From<&Pod> for CachedPod {
@@ -24,7 +24,10 @@ impl From<&Pod> for CachedPod {
         let status = pod.status.as_ref();
         let text = |s: &Option<String>| s.as_deref().unwrap_or("").into();
         let annotation = |key: &str| -> Option<Box<str>> {
-            meta.annotations.as_ref()?.get(key).map(|v| v.as_str().into())
+            meta.annotations
+                .as_ref()?
+                .get(key)
+                .map(|v| v.as_str().into())
         };
         let job_annotations = JobAnnotations {
             completion_index: annotation(JOB_COMPLETION_INDEX),
@@ -37,13 +40,8 @@ impl From<&Pod> for CachedPod {
             .flatten()
             .find(|r| r.controller == Some(true))
             .map(|r| {
-                Box::new(ControllerRef {
-                    api_version: intern(&r.api_version),
-                    kind: intern(&r.kind),
-                    name: r.name.as_str().into(),
-                    uid: r.uid.as_str().into(),
-                    block_owner_deletion: r.block_owner_deletion,
-                })
+                let (v, k, b) = (&r.api_version, &r.kind, r.block_owner_deletion);
+                Box::new(ControllerRef::new(v, k, &r.name, &r.uid, b))
             });
         let tolerations = spec.and_then(|s| s.tolerations.as_ref()).map(|list| {
             let opt = |v: &Option<String>| v.as_deref().map(Into::into);
@@ -73,12 +71,14 @@ impl From<&Pod> for CachedPod {
                 .map(|c| ContainerState {
                     name: intern(&c.name),
                     restart_count: c.restart_count,
-                    terminated: c.state.as_ref().and_then(|s| s.terminated.as_ref()).map(|t| {
-                        Terminated {
+                    terminated: c
+                        .state
+                        .as_ref()
+                        .and_then(|s| s.terminated.as_ref())
+                        .map(|t| Terminated {
                             exit_code: t.exit_code,
                             finished_at: t.finished_at.as_ref().map(|t| t.0),
-                        }
-                    }),
+                        }),
                 })
                 .collect()
         };

@@ -288,13 +288,8 @@ impl WirePod<'_> {
             .into_iter()
             .find(|r| r.controller == Some(true))
             .map(|r| {
-                Box::new(ControllerRef {
-                    api_version: intern(&r.api_version),
-                    kind: intern(&r.kind),
-                    name: r.name.into(),
-                    uid: r.uid.into(),
-                    block_owner_deletion: r.block_owner_deletion,
-                })
+                let (v, k, b) = (&r.api_version, &r.kind, r.block_owner_deletion);
+                Box::new(ControllerRef::new(v, k, &r.name, &r.uid, b))
             });
         let tolerations = spec.tolerations.map(|list| {
             intern_tolerations(

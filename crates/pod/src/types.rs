@@ -97,6 +97,25 @@ pub struct ControllerRef {
     pub block_owner_deletion: Option<bool>,
 }
 
+impl ControllerRef {
+    /// With the repeated parts (`apiVersion`, `kind`) interned.
+    pub fn new(
+        api_version: &str,
+        kind: &str,
+        name: &str,
+        uid: &str,
+        block_owner_deletion: Option<bool>,
+    ) -> Self {
+        ControllerRef {
+            api_version: intern(api_version),
+            kind: intern(kind),
+            name: name.into(),
+            uid: uid.into(),
+            block_owner_deletion,
+        }
+    }
+}
+
 /// A toleration, every field (taint eviction matches on all five).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Toleration {

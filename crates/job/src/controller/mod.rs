@@ -59,7 +59,10 @@ pub fn orphan_namespace_index() -> kcm_runtime::informer::IndexFn<CachedPod> {
 /// The pod's namespace as an index value (none when unset).
 fn namespace_of(p: &CachedPod) -> Vec<String> {
     let ns = p.namespace();
-    (!ns.is_empty()).then(|| ns.to_string()).into_iter().collect()
+    (!ns.is_empty())
+        .then(|| ns.to_string())
+        .into_iter()
+        .collect()
 }
 
 /// Index name: pods holding the Job tracking finalizer, by namespace. A

@@ -15,6 +15,7 @@
 //! `now`.
 
 pub mod describe;
+mod fetched;
 mod gone;
 mod replay;
 
@@ -37,6 +38,7 @@ use crate::sync::Config;
 use crate::sync::prepare::{counts_as_failure, verdict as verdict_of};
 
 pub use describe::{ConditionSeen, Evidence, RuleTrace};
+use fetched::Fetched;
 pub use gone::GonePod;
 
 /// A proposed change to evaluate against the Job's real failures.
@@ -592,23 +594,4 @@ fn ns(job: &Job) -> &str {
 
 fn name(p: &CachedPod) -> String {
     p.name().to_string()
-}
-
-/// The fetched pods by name, beside their cached form.
-struct Fetched<'a>(std::collections::HashMap<&'a str, &'a Pod>);
-
-impl<'a> Fetched<'a> {
-    fn new(pods: &'a [Pod]) -> Self {
-        Fetched(
-            pods.iter()
-                .map(|p| (p.metadata.name.as_deref().unwrap_or(""), p))
-                .collect(),
-        )
-    }
-
-    /// The fetched form of `p` (every cached pod here was fetched).
-    fn of(&self, p: &CachedPod) -> &'a Pod {
-        static NONE: std::sync::LazyLock<Pod> = std::sync::LazyLock::new(Pod::default);
-        self.0.get(p.name()).copied().unwrap_or(&NONE)
-    }
 }
