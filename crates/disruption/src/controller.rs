@@ -13,7 +13,7 @@ use kcm_runtime::events::{EventType, Recorder};
 use kcm_runtime::host::Host;
 use kcm_runtime::informer::{BY_NAMESPACE, Change, Informer, object_key};
 use kcm_runtime::workqueue::WorkQueue;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
@@ -327,20 +327,13 @@ impl Controller {
             }
             StaleAction::Reset => {
                 let api: Api<Pod> = Api::namespaced(self.client.clone(), pod.namespace());
-                // The cache keeps part of the status; the PUT replaces all
-                // of it, so it sends the stored pod, preconditioned on the
-                // cached resourceVersion as upstream's update of its cache.
-                let Some(mut next) = api.get_opt(pod.name()).await? else {
-                    return Ok(());
-                };
-                next.metadata.resource_version = Some(pod.resource_version().to_string());
-                let generation = next.metadata.generation;
-                let status = next.status.get_or_insert_with(Default::default);
-                if !stale::reset(status, generation, self.clock.now()) {
-                    return Ok(());
-                }
-                api.replace_status(pod.name(), &PostParams::default(), &next)
-                    .await?;
+                let patch = stale::reset_patch(&pod, self.clock.now());
+                api.patch_status(
+                    pod.name(),
+                    &PatchParams::default(),
+                    &Patch::Strategic(patch),
+                )
+                .await?;
                 tracing::info!("Reset stale DisruptionTarget condition to False");
                 Ok(())
             }

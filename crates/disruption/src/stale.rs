@@ -7,10 +7,11 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kcm_conditions::disruption::{DISRUPTION_TARGET, REASON_TERMINATION_BY_KUBELET};
-use kcm_conditions::pod::{is_pod_terminal, update_pod_condition};
+use kcm_conditions::pod::is_pod_terminal;
 use kcm_pod::CachedPod;
+use serde_json::{Value, json};
 
 /// What the stale worker does with a pod.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,10 +20,8 @@ pub enum StaleAction {
     Skip,
     /// A candidate whose condition is not old enough yet: look again then.
     RequeueAfter(Duration),
-    /// Reset the condition: fetch the whole pod (the cache keeps only part
-    /// of its status), apply [`reset`], and send it by a full status update
-    /// preconditioned on the cached resourceVersion (fails on conflict,
-    /// as upstream's update of its cached pod does).
+    /// Reset the condition by the [`reset_patch`] of the cached pod (fails
+    /// on conflict, as upstream's update of its cached pod does).
     Reset,
 }
 
@@ -58,19 +57,39 @@ pub fn decide(pod: &CachedPod, now: Timestamp, timeout: Duration) -> StaleAction
     }
 }
 
-/// Sets `DisruptionTarget` to `False` with empty reason and message in a
-/// fetched pod's `status`; `generation` is the pod's. Returns whether
-/// anything changed.
-pub fn reset(status: &mut PodStatus, generation: Option<i64>, now: Timestamp) -> bool {
-    // PodObservedGenerationTracking is on by default from 1.34: the
-    // condition records the pod's generation.
-    let cond = PodCondition {
-        type_: DISRUPTION_TARGET.into(),
-        status: "False".into(),
-        observed_generation: generation.filter(|g| *g != 0),
-        ..Default::default()
-    };
-    update_pod_condition(status, cond, now)
+/// The pods/status strategic-merge patch that leaves `pod`'s
+/// `DisruptionTarget` condition as upstream's update leaves it: status
+/// `False`, transition time `now`, the pod's generation as
+/// `observedGeneration` (PodObservedGenerationTracking is on by default
+/// from 1.34), and no reason, message or probe time (nulled: a merge would
+/// keep them). Upstream PUTs its whole cached pod; the cache here keeps only
+/// part of the status, so it patches, with the cached `resourceVersion` as
+/// the same precondition (409 when the pod changed since) and the uid.
+pub fn reset_patch(pod: &CachedPod, now: Timestamp) -> Value {
+    let order: Vec<Value> = pod
+        .conditions()
+        .iter()
+        .map(|c| json!({ "type": &*c.type_ }))
+        .collect();
+    let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    json!({
+        "metadata": {
+            "uid": non_empty(pod.uid()),
+            "resourceVersion": non_empty(pod.resource_version()),
+        },
+        "status": {
+            "$setElementOrder/conditions": order,
+            "conditions": [{
+                "type": DISRUPTION_TARGET,
+                "status": "False",
+                "reason": null,
+                "message": null,
+                "lastProbeTime": null,
+                "lastTransitionTime": Time(now),
+                "observedGeneration": pod.generation().filter(|g| *g != 0),
+            }],
+        },
+    })
 }
 
 #[cfg(test)]

@@ -1,8 +1,7 @@
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kcm_conditions::pod::get_pod_condition;
 use kcm_runtime::workqueue::{RateLimit, WorkQueue};
 
 use super::*;
@@ -81,18 +80,30 @@ fn candidates_and_wait_time() {
 fn reset_sets_false_with_empty_reason_and_message() {
     let p = pod("True", "DeletionByTaintManager", Some(0), "Running");
     assert_eq!(decide(&p, at(120), TIMEOUT), StaleAction::Reset);
-    let fetched = full("True", "DeletionByTaintManager", Some(0), "Running");
-    let mut status = fetched.status.clone().expect("status");
-    assert!(reset(&mut status, fetched.metadata.generation, at(120)));
-    let c = get_pod_condition(Some(&status), DISRUPTION_TARGET).expect("condition");
-    assert_eq!(c.status, "False");
-    assert_eq!((c.reason.as_deref(), c.message.as_deref()), (None, None));
-    assert_eq!(c.last_transition_time, Some(Time(at(120))));
-    assert_eq!(c.observed_generation, Some(1));
-    assert!(
-        !reset(&mut status, fetched.metadata.generation, at(130)),
-        "once"
+    let mut full = full("True", "DeletionByTaintManager", Some(0), "Running");
+    full.metadata.uid = Some("u1".into());
+    full.metadata.resource_version = Some("42".into());
+    let patch = reset_patch(&CachedPod::from(&full), at(120));
+    assert_eq!(
+        patch["metadata"],
+        json!({"uid": "u1", "resourceVersion": "42"})
     );
+    assert_eq!(
+        patch["status"]["$setElementOrder/conditions"],
+        json!([{"type": "DisruptionTarget"}])
+    );
+    let c = &patch["status"]["conditions"][0];
+    assert_eq!(
+        (&c["type"], &c["status"]),
+        (&json!(DISRUPTION_TARGET), &json!("False"))
+    );
+    // Nulls remove what a merge would keep: the result is upstream's
+    // wholesale replacement.
+    for gone in ["reason", "message", "lastProbeTime"] {
+        assert_eq!(c.get(gone), Some(&Value::Null), "{gone}");
+    }
+    assert_eq!(c["lastTransitionTime"], json!(Time(at(120))));
+    assert_eq!(c["observedGeneration"], json!(1));
     assert_eq!(
         decide(&p, at(100), TIMEOUT),
         StaleAction::RequeueAfter(Duration::from_secs(20))
