@@ -156,21 +156,22 @@ fn matched_text(m: &Matched<'_>, full: &Pod) -> String {
             container,
             exit_code,
         } => format!("container {container} exited with {exit_code}"),
-        Matched::Condition(c) => match reason_of(full, &c.type_) {
+        Matched::Condition(c) => match reason_of(full, &c.type_, &c.status) {
             Some(r) => format!("condition {}={} (reason {r})", c.type_, c.status),
             None => format!("condition {}={}", c.type_, c.status),
         },
     }
 }
 
-/// The reason of the pod's first condition of `type_`, if it has one.
-fn reason_of<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
+/// The reason of the pod's first condition of `type_` with `status` (the
+/// one the matcher found), if it has one.
+fn reason_of<'a>(pod: &'a Pod, type_: &str, status: &str) -> Option<&'a str> {
     pod.status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
-        .find(|c| c.type_ == type_)?
+        .find(|c| c.type_ == type_ && c.status == status)?
         .reason
         .as_deref()
 }
