@@ -136,18 +136,52 @@ impl ControlPlane {
     }
 
     fn launch_version(
-        dir: tempfile::TempDir,
+        mut dir: tempfile::TempDir,
         kubeconfig: PathBuf,
         port: u16,
         extra_args: &str,
         version: &str,
     ) -> Result<Self, HarnessError> {
+        // The harness picks free ports by binding and releasing them, so a
+        // parallel test can take one first; etcd then fails to bind before
+        // it writes any state, and a second try is clean.
+        for attempt in 1.. {
+            match Self::launch_once(dir, kubeconfig.clone(), port, extra_args, version) {
+                Ok(cp) => return Ok(cp),
+                Err((e, back)) => {
+                    let raced = matches!(&e, HarnessError::NotHealthy { log_tail, .. }
+                        if log_tail.contains("address already in use"));
+                    if !raced || attempt == 3 {
+                        return Err(e);
+                    }
+                    dir = back;
+                }
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// One start; on failure the scratch directory comes back for a retry.
+    #[allow(clippy::result_large_err)]
+    fn launch_once(
+        dir: tempfile::TempDir,
+        kubeconfig: PathBuf,
+        port: u16,
+        extra_args: &str,
+        version: &str,
+    ) -> Result<Self, (HarnessError, tempfile::TempDir)> {
         let version = binaries::normalize_version(version);
-        let bin = binaries::ensure_built_for(&version)?.join("kcm-e2e-apiserver");
+        let bin = match binaries::ensure_built_for(&version) {
+            Ok(b) => b.join("kcm-e2e-apiserver"),
+            Err(e) => return Err((e, dir)),
+        };
         let log = dir.path().join("apiserver.log");
-        let log_file = File::create(&log)?;
+        let log_file = match File::create(&log) {
+            Ok(f) => f,
+            Err(e) => return Err((e.into(), dir)),
+        };
         let began = Instant::now();
-        let mut child = Command::new(&bin)
+        let child = Command::new(&bin)
             .arg(format!("--dir={}", dir.path().join("state").display()))
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--port={port}"))
@@ -156,19 +190,23 @@ impl ControlPlane {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log_file))
-            .spawn()
-            .map_err(|source| HarnessError::Spawn {
-                what: bin.display().to_string(),
-                source,
-            })?;
+            .spawn();
+        let mut child = match child {
+            Ok(c) => c,
+            Err(source) => {
+                let what = bin.display().to_string();
+                return Err((HarnessError::Spawn { what, source }, dir));
+            }
+        };
         let stdin = child.stdin.take();
         let stdout = child.stdout.take();
         let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
             let _ = child.kill();
-            return Err(HarnessError::NotHealthy {
+            let e = HarnessError::NotHealthy {
                 reason: "child pipes missing".into(),
                 log_tail: String::new(),
-            });
+            };
+            return Err((e, dir));
         };
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -192,21 +230,18 @@ impl ControlPlane {
                 Ok(line) => break line,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     if let Ok(Some(status)) = child.try_wait() {
-                        return Err(fail(
-                            &mut child,
-                            format!("kcm-e2e-apiserver exited ({status})"),
-                        ));
+                        let why = format!("kcm-e2e-apiserver exited ({status})");
+                        return Err((fail(&mut child, why), dir));
                     }
                     if began.elapsed() > READY_TIMEOUT {
-                        return Err(fail(
-                            &mut child,
-                            format!("no READY within {READY_TIMEOUT:?}"),
-                        ));
+                        let why = format!("no READY within {READY_TIMEOUT:?}");
+                        return Err((fail(&mut child, why), dir));
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     let _ = child.wait();
-                    return Err(fail(&mut child, "kcm-e2e-apiserver closed stdout".into()));
+                    let why = "kcm-e2e-apiserver closed stdout".to_string();
+                    return Err((fail(&mut child, why), dir));
                 }
             }
         };
