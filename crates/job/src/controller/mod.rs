@@ -52,17 +52,8 @@ pub fn orphan_namespace_index() -> kcm_runtime::informer::IndexFn<CachedPod> {
         if handlers::controller_of(p).is_some() {
             return Vec::new();
         }
-        namespace_of(p)
+        kcm_runtime::informer::namespace_of(p)
     })
-}
-
-/// The pod's namespace as an index value (none when unset).
-fn namespace_of(p: &CachedPod) -> Vec<String> {
-    let ns = p.namespace();
-    (!ns.is_empty())
-        .then(|| ns.to_string())
-        .into_iter()
-        .collect()
 }
 
 /// Index name: pods holding the Job tracking finalizer, by namespace. A
@@ -78,7 +69,7 @@ pub fn tracking_namespace_index() -> kcm_runtime::informer::IndexFn<CachedPod> {
         if !crate::pods::has_tracking_finalizer(p) {
             return Vec::new();
         }
-        namespace_of(p)
+        kcm_runtime::informer::namespace_of(p)
     })
 }
 

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 pub use factory::InformerFactory;
 pub use store::{
     BY_CONTROLLER_UID, BY_NAMESPACE, BY_NODE_NAME, IndexFn, Store, controller_uid_index, key_of,
-    namespace_index, object_key, pod_controller_uid_index, pod_node_index,
+    namespace_index, namespace_of, object_key, pod_controller_uid_index, pod_node_index,
 };
 pub use wire::WirePod;
 

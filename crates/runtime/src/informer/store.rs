@@ -195,13 +195,16 @@ pub const BY_NODE_NAME: &str = "node-name";
 
 /// Files objects under their namespace.
 pub fn namespace_index<K: Informable>() -> IndexFn<K> {
-    Arc::new(|o: &K| {
-        let ns = o.namespace();
-        (!ns.is_empty())
-            .then(|| ns.to_string())
-            .into_iter()
-            .collect()
-    })
+    Arc::new(|o: &K| namespace_of(o))
+}
+
+/// An object's namespace as index values (none when unset).
+pub fn namespace_of<K: Informable>(o: &K) -> Vec<String> {
+    let ns = o.namespace();
+    (!ns.is_empty())
+        .then(|| ns.to_string())
+        .into_iter()
+        .collect()
 }
 
 /// Files pods under the UID of their controller ownerReference.
