@@ -72,6 +72,7 @@ pub async fn start_at(
     let options = Options {
         qps: 20.0,
         burst: 30,
+        content_type: Default::default(),
         features: features.at_version(version),
         version,
         settings,

@@ -51,6 +51,12 @@ pub struct Flags {
     #[arg(long, default_value_t = 30)]
     pub kube_api_burst: u32,
 
+    /// Content type of the shared informers' lists and watches:
+    /// application/vnd.kubernetes.protobuf (pods in protobuf, other kinds
+    /// in JSON) or application/json. Writes are JSON either way.
+    #[arg(long, default_value = "application/vnd.kubernetes.protobuf")]
+    pub kube_api_content_type: kcm_runtime::informer::ContentType,
+
     /// The Job controller's flags.
     #[command(flatten)]
     pub job: kcm_job::JobSettings,

@@ -307,6 +307,7 @@ async fn run(
     let options = controller::Options {
         qps: flags.kube_api_qps,
         burst: flags.kube_api_burst,
+        content_type: flags.kube_api_content_type,
         features: gates,
         version: behaves_as,
         settings: controller::Settings::default()

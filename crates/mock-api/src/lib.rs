@@ -46,6 +46,12 @@ pub enum Reply {
     Echo(u16),
     /// An answer computed from the request.
     With(Responder),
+    /// `code` with these bytes as a body of `content_type` (protobuf).
+    Raw {
+        code: u16,
+        content_type: String,
+        body: Vec<u8>,
+    },
     /// The connection is reset: the client sees a transport error.
     Reset,
     /// Never answers.
@@ -64,6 +70,15 @@ impl Reply {
     /// `code` with a `metav1.Status` body of `reason`.
     pub fn status(code: u16, reason: &str) -> Reply {
         Reply::json(code, status(code, reason))
+    }
+
+    /// `code` with a body that is not JSON.
+    pub fn raw(code: u16, content_type: &str, body: Vec<u8>) -> Reply {
+        Reply::Raw {
+            code,
+            content_type: content_type.to_owned(),
+            body,
+        }
     }
 
     pub fn with(f: impl Fn(&Seen) -> (u16, Value) + Send + Sync + 'static) -> Reply {
@@ -90,6 +105,7 @@ impl std::fmt::Debug for Reply {
             Reply::Json { code, .. } => write!(f, "Json({code})"),
             Reply::Echo(code) => write!(f, "Echo({code})"),
             Reply::With(_) => f.write_str("With(..)"),
+            Reply::Raw { code, .. } => write!(f, "Raw({code})"),
             Reply::Reset => f.write_str("Reset"),
             Reply::Stall => f.write_str("Stall"),
         }
@@ -104,6 +120,8 @@ pub struct Seen {
     pub query: Option<String>,
     pub user_agent: Option<String>,
     pub content_type: String,
+    /// The `Accept` header ("" when absent).
+    pub accept: String,
     /// The body as JSON; `Null` when empty or not JSON.
     pub body: Value,
     /// When it arrived (tokio's clock, so paused-time tests can read it).
@@ -216,8 +234,10 @@ impl MockApi {
             header(http::header::USER_AGENT),
             header(http::header::CONTENT_TYPE).unwrap_or_default(),
         );
+        let accept = header(http::header::ACCEPT).unwrap_or_default();
         let bytes = body.collect().await?.to_bytes();
         let seen = Seen {
+            accept,
             method: parts.method.clone(),
             path: parts.uri.path().to_owned(),
             query: parts.uri.query().map(str::to_owned),
@@ -246,6 +266,16 @@ impl MockApi {
                 return Err(Box::new(e));
             }
             Reply::Stall => std::future::pending().await,
+            Reply::Raw {
+                code,
+                content_type,
+                body,
+            } => {
+                let res = Response::builder()
+                    .status(StatusCode::from_u16(code)?)
+                    .header("content-type", content_type);
+                return Ok(res.body(Body::from(body))?);
+            }
         };
         let mut res = Response::builder()
             .status(StatusCode::from_u16(code)?)

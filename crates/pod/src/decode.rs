@@ -45,131 +45,131 @@ impl<'de> Deserialize<'de> for CachedPod {
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct WirePod<'a> {
+pub(crate) struct WirePod<'a> {
     #[serde(borrow)]
-    metadata: Option<Meta<'a>>,
+    pub(crate) metadata: Option<Meta<'a>>,
     #[serde(borrow)]
-    spec: Option<Spec<'a>>,
+    pub(crate) spec: Option<Spec<'a>>,
     #[serde(borrow)]
-    status: Option<Status<'a>>,
+    pub(crate) status: Option<Status<'a>>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
-struct Meta<'a> {
-    name: Option<String>,
+pub(crate) struct Meta<'a> {
+    pub(crate) name: Option<String>,
     #[serde(borrow)]
-    namespace: Option<Cow<'a, str>>,
-    uid: Option<String>,
-    resource_version: Option<String>,
-    generation: Option<i64>,
-    creation_timestamp: Option<Time>,
-    deletion_timestamp: Option<Time>,
-    deletion_grace_period_seconds: Option<i64>,
-    labels: Option<LabelsDe>,
-    annotations: Option<JobAnnotationsDe>,
+    pub(crate) namespace: Option<Cow<'a, str>>,
+    pub(crate) uid: Option<String>,
+    pub(crate) resource_version: Option<String>,
+    pub(crate) generation: Option<i64>,
+    pub(crate) creation_timestamp: Option<Time>,
+    pub(crate) deletion_timestamp: Option<Time>,
+    pub(crate) deletion_grace_period_seconds: Option<i64>,
+    pub(crate) labels: Option<LabelsDe>,
+    pub(crate) annotations: Option<JobAnnotationsDe>,
     #[serde(borrow)]
-    owner_references: Option<Vec<OwnerRef<'a>>>,
-    finalizers: Option<TrackingDe>,
+    pub(crate) owner_references: Option<Vec<OwnerRef<'a>>>,
+    pub(crate) finalizers: Option<TrackingDe>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
-struct OwnerRef<'a> {
+pub(crate) struct OwnerRef<'a> {
     #[serde(borrow)]
-    api_version: Cow<'a, str>,
+    pub(crate) api_version: Cow<'a, str>,
     #[serde(borrow)]
-    kind: Cow<'a, str>,
-    name: String,
-    uid: String,
-    controller: Option<bool>,
-    block_owner_deletion: Option<bool>,
+    pub(crate) kind: Cow<'a, str>,
+    pub(crate) name: String,
+    pub(crate) uid: String,
+    pub(crate) controller: Option<bool>,
+    pub(crate) block_owner_deletion: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
-struct Spec<'a> {
+pub(crate) struct Spec<'a> {
     #[serde(borrow)]
-    node_name: Option<Cow<'a, str>>,
-    tolerations: Option<Vec<TolerationDe>>,
+    pub(crate) node_name: Option<Cow<'a, str>>,
+    pub(crate) tolerations: Option<Vec<TolerationDe>>,
     #[serde(borrow)]
-    init_containers: Option<Vec<InitContainer<'a>>>,
+    pub(crate) init_containers: Option<Vec<InitContainer<'a>>>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
-struct TolerationDe {
-    key: Option<String>,
-    operator: Option<String>,
-    value: Option<String>,
-    effect: Option<String>,
-    toleration_seconds: Option<i64>,
+pub(crate) struct TolerationDe {
+    pub(crate) key: Option<String>,
+    pub(crate) operator: Option<String>,
+    pub(crate) value: Option<String>,
+    pub(crate) effect: Option<String>,
+    pub(crate) toleration_seconds: Option<i64>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
-struct InitContainer<'a> {
+pub(crate) struct InitContainer<'a> {
     #[serde(borrow)]
-    name: Cow<'a, str>,
+    pub(crate) name: Cow<'a, str>,
     #[serde(borrow)]
-    restart_policy: Option<Cow<'a, str>>,
+    pub(crate) restart_policy: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
-struct Status<'a> {
+pub(crate) struct Status<'a> {
     #[serde(borrow)]
-    phase: Option<Cow<'a, str>>,
+    pub(crate) phase: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    reason: Option<Cow<'a, str>>,
-    observed_generation: Option<i64>,
+    pub(crate) reason: Option<Cow<'a, str>>,
+    pub(crate) observed_generation: Option<i64>,
     #[serde(borrow)]
-    conditions: Option<Vec<ConditionDe<'a>>>,
+    pub(crate) conditions: Option<Vec<ConditionDe<'a>>>,
     #[serde(borrow)]
-    container_statuses: Option<Vec<ContainerStatusDe<'a>>>,
+    pub(crate) container_statuses: Option<Vec<ContainerStatusDe<'a>>>,
     #[serde(borrow)]
-    init_container_statuses: Option<Vec<ContainerStatusDe<'a>>>,
+    pub(crate) init_container_statuses: Option<Vec<ContainerStatusDe<'a>>>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
-struct ConditionDe<'a> {
+pub(crate) struct ConditionDe<'a> {
     #[serde(rename = "type", borrow)]
-    type_: Cow<'a, str>,
+    pub(crate) type_: Cow<'a, str>,
     #[serde(borrow)]
-    status: Cow<'a, str>,
-    reason: Option<String>,
-    message: Option<String>,
-    last_probe_time: Option<Time>,
-    last_transition_time: Option<Time>,
-    observed_generation: Option<i64>,
+    pub(crate) status: Cow<'a, str>,
+    pub(crate) reason: Option<String>,
+    pub(crate) message: Option<String>,
+    pub(crate) last_probe_time: Option<Time>,
+    pub(crate) last_transition_time: Option<Time>,
+    pub(crate) observed_generation: Option<i64>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
-struct ContainerStatusDe<'a> {
+pub(crate) struct ContainerStatusDe<'a> {
     #[serde(borrow)]
-    name: Cow<'a, str>,
-    restart_count: Option<i32>,
-    state: Option<StateDe>,
+    pub(crate) name: Cow<'a, str>,
+    pub(crate) restart_count: Option<i32>,
+    pub(crate) state: Option<StateDe>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct StateDe {
-    terminated: Option<TerminatedDe>,
+pub(crate) struct StateDe {
+    pub(crate) terminated: Option<TerminatedDe>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
-struct TerminatedDe {
-    exit_code: Option<i32>,
-    finished_at: Option<Time>,
+pub(crate) struct TerminatedDe {
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) finished_at: Option<Time>,
 }
 
 /// Labels straight into [`Labels`] (no map in between).
 #[derive(Default)]
-struct LabelsDe(Labels);
+pub(crate) struct LabelsDe(pub(crate) Labels);
 
 impl<'de> Deserialize<'de> for LabelsDe {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -193,7 +193,7 @@ impl<'de> Deserialize<'de> for LabelsDe {
 
 /// Only the three Job annotations; the others are skipped.
 #[derive(Default)]
-struct JobAnnotationsDe(JobAnnotations);
+pub(crate) struct JobAnnotationsDe(pub(crate) JobAnnotations);
 
 impl<'de> Deserialize<'de> for JobAnnotationsDe {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -235,7 +235,7 @@ impl<'de> Deserialize<'de> for JobAnnotationsDe {
 
 /// Whether the finalizer list holds the Job tracking finalizer.
 #[derive(Default)]
-struct TrackingDe(bool);
+pub(crate) struct TrackingDe(pub(crate) bool);
 
 impl<'de> Deserialize<'de> for TrackingDe {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -276,7 +276,7 @@ fn container_states(list: Option<Vec<ContainerStatusDe<'_>>>) -> Box<[ContainerS
 }
 
 impl WirePod<'_> {
-    fn into_cached(self) -> CachedPod {
+    pub(crate) fn into_cached(self) -> CachedPod {
         let meta = self.metadata.unwrap_or_default();
         let spec = self.spec.unwrap_or_default();
         let has_status = self.status.is_some();

@@ -7,6 +7,8 @@
 //!   [`Condition`], [`ContainerState`], [`JobAnnotations`]);
 //! - `decode.rs`: serde decoding straight from the watch's JSON, skipping
 //!   everything else without allocating it;
+//! - `proto.rs`: the same from protobuf ([`CachedPod::decode_proto`]),
+//!   through the same intermediate structs and conversion;
 //! - `convert.rs`: from a full `Pod` (tests, tools, fetched pods), and the
 //!   references writes and events need;
 //! - `intern.rs`: the shared copies of repeated strings.
@@ -20,6 +22,7 @@
 mod convert;
 mod decode;
 pub mod intern;
+mod proto;
 mod types;
 
 use std::sync::Arc;

@@ -119,6 +119,8 @@ impl ControllerContext {
 pub struct Options {
     pub qps: f32,
     pub burst: u32,
+    /// The encoding of the shared informers' lists and watches.
+    pub content_type: crate::informer::ContentType,
     pub features: kcm_features::FeatureGates,
     pub version: kcm_features::KubeVersion,
     pub settings: Settings,
@@ -152,7 +154,7 @@ impl ControllerContext {
             message: e.to_string(),
         })?;
         Ok(ControllerContext {
-            informers: InformerFactory::new(informer_client),
+            informers: InformerFactory::with_content_type(informer_client, opts.content_type),
             kube_config: config,
             qps: opts.qps,
             burst: opts.burst,

@@ -27,17 +27,51 @@ struct Inner {
     stop: Option<CancellationToken>,
 }
 
+/// The encoding informers ask the API server for
+/// (`--kube-api-content-type`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ContentType {
+    /// JSON for every kind.
+    Json,
+    /// Protobuf for kinds with a protobuf decoder (pods), JSON for the
+    /// rest; KCM's default.
+    #[default]
+    Protobuf,
+}
+
+impl std::str::FromStr for ContentType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "application/json" => Ok(ContentType::Json),
+            super::PROTOBUF => Ok(ContentType::Protobuf),
+            other => Err(format!(
+                "unsupported content type {other:?}: use application/json or {}",
+                super::PROTOBUF
+            )),
+        }
+    }
+}
+
 /// Hands out shared informers; `start` runs the watches.
 #[derive(Clone)]
 pub struct InformerFactory {
     client: kube::Client,
+    content_type: ContentType,
     inner: Arc<Mutex<Inner>>,
 }
 
 impl InformerFactory {
+    /// A factory whose informers use KCM's default encoding (protobuf
+    /// where a decoder exists).
     pub fn new(client: kube::Client) -> Self {
+        Self::with_content_type(client, ContentType::default())
+    }
+
+    pub fn with_content_type(client: kube::Client, content_type: ContentType) -> Self {
         InformerFactory {
             client,
+            content_type,
             inner: Arc::new(Mutex::new(Inner::default())),
         }
     }
@@ -53,7 +87,12 @@ impl InformerFactory {
         }
         let inf = Arc::new(Informer::<K>::new());
         let for_start = Arc::clone(&inf);
+        let proto = K::DECODE_PROTO.filter(|_| self.content_type == ContentType::Protobuf);
         let starter: Starter = Box::new(move |client, stop| {
+            if let Some(decode) = proto {
+                tokio::spawn(for_start.run_proto(client, decode, stop));
+                return;
+            }
             let api = Api::<K::Wire>::all(client);
             // Resource version "0" lists from the watch cache, as client-go
             // informers do; a quorum read of every pod is needlessly costly.

@@ -2,11 +2,14 @@
 //! indexed store, and fan-out of full events (add, update with the old
 //! object, delete with the last state) to every registered handler.
 //!
-//! Built on kube-runtime's stable `watcher()`: kube 5's shared streams do not
-//! deliver deletes. Objects missing from a relist are reported as deletes,
-//! which the raw watcher leaves to its consumer.
+//! JSON watches use kube-runtime's stable `watcher()` (kube 5's shared
+//! streams do not deliver deletes); kinds with a protobuf decoder are
+//! listed and watched in protobuf by our own loop (`proto_watch.rs`) when
+//! the factory is set to it. Objects missing from a relist are reported as
+//! deletes, which the raw watcher leaves to its consumer.
 
 mod factory;
+mod proto_watch;
 mod store;
 mod trim;
 mod wire;
@@ -25,7 +28,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-pub use factory::InformerFactory;
+pub use factory::{ContentType, InformerFactory};
+pub use proto_watch::{PROTOBUF, ProtoDecoder};
 pub use store::{
     BY_CONTROLLER_UID, BY_NAMESPACE, BY_NODE_NAME, IndexFn, Store, controller_uid_index, key_of,
     namespace_index, namespace_of, object_key, pod_controller_uid_index, pod_node_index,
@@ -63,10 +67,14 @@ pub trait Informable: Clone + Debug + Send + Sync + 'static {
     fn name(&self) -> &str;
     /// `metadata.resourceVersion`, "" when unset.
     fn resource_version(&self) -> &str;
+    /// Decodes the kind's protobuf message, for kinds the informer may
+    /// read in protobuf; `None`: JSON only.
+    const DECODE_PROTO: Option<ProtoDecoder<Self>> = None;
 }
 
 impl Informable for CachedPod {
     type Wire = WirePod;
+    const DECODE_PROTO: Option<ProtoDecoder<Self>> = Some(CachedPod::decode_proto);
     fn from_wire(wire: WirePod) -> CachedPod {
         wire.into()
     }

@@ -1,0 +1,314 @@
+//! The informer's list+watch in protobuf (`--kube-api-content-type`
+//! `application/vnd.kubernetes.protobuf`), for kinds with a protobuf
+//! decoder ([`Informable::DECODE_PROTO`]). kube's watcher decodes JSON
+//! only, so this is its own loop with the same contract: a list from the
+//! watch cache (resourceVersion "0", pages of 500, as client-go's reflector) delivered as
+//! `Init`/`InitApply`/`InitDone`, a watch from the list's resourceVersion
+//! with bookmarks and a 290 s server timeout, resumed from the last seen
+//! resourceVersion when it ends, a relist on 410 Gone, and an exponential
+//! back-off (0.8 s to 30 s) after errors.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use http::{HeaderValue, Request, header};
+use http_body_util::BodyExt;
+use kcm_proto::{ListBody, ProtoError, Status, WatchEvent, WatchEventType, read_frame_len};
+use kube::api::{ListParams, WatchParams};
+use kube::client::Body;
+use kube::runtime::watcher::Event;
+use tokio_util::sync::CancellationToken;
+
+use super::{Informable, Informer, WatchGuard};
+
+/// The protobuf media type.
+pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+/// The server ends a watch after this long; the client gives up on a
+/// silent one (no event, no bookmark) a little later.
+const WATCH_TIMEOUT_SECS: u32 = 290;
+const IDLE_MARGIN: Duration = Duration::from_secs(30);
+/// Items per list page (kube's watcher and client-go's pager use 500).
+const PAGE_SIZE: u32 = 500;
+const BACKOFF_MIN: Duration = Duration::from_millis(800);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Decodes one object message of the kind.
+pub type ProtoDecoder<K> = fn(&[u8]) -> Result<K, ProtoError>;
+
+/// Why a list or watch ended.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WatchError {
+    #[error("request: {0}")]
+    Request(#[from] kube::Error),
+    #[error("reading the body: {0}")]
+    Body(String),
+    #[error("decoding protobuf: {0}")]
+    Decode(#[from] ProtoError),
+    #[error("API server returned {code} {reason}: {message}")]
+    Api {
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    #[error("API server answered in {0:?}, not protobuf")]
+    NotProtobuf(String),
+    #[error("no event for {0:?}: reconnecting")]
+    Idle(Duration),
+}
+
+impl WatchError {
+    /// 410 Gone: the resourceVersion left the watch cache; relist.
+    fn is_gone(&self) -> bool {
+        matches!(self, WatchError::Api { code: 410, .. })
+    }
+}
+
+impl<K: Informable> Informer<K> {
+    /// Runs the protobuf list+watch until `stop` is cancelled.
+    pub async fn run_proto(
+        self: Arc<Self>,
+        client: kube::Client,
+        decode: ProtoDecoder<K>,
+        stop: CancellationToken,
+    ) {
+        let _alive = WatchGuard::new(&self.watch, &stop);
+        let path = <K::Wire as kube::Resource>::url_path(&(), None);
+        let mut backoff = BACKOFF_MIN;
+        let mut rv: Option<String> = None;
+        loop {
+            let step = async {
+                match rv.take() {
+                    None => self.list(&client, &path, decode).await.map(Some),
+                    Some(from) => self.watch(&client, &path, decode, from).await.map(Some),
+                }
+            };
+            let result = tokio::select! {
+                _ = stop.cancelled() => return,
+                r = step => r,
+            };
+            match result {
+                Ok(next) => {
+                    rv = next;
+                    backoff = BACKOFF_MIN;
+                }
+                Err((e, resume)) => {
+                    rv = if e.is_gone() { None } else { resume };
+                    tracing::warn!(kind = %self.kind, "watch error (will retry with backoff): {e}");
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+        }
+    }
+
+    /// Lists every object (all pages) and replaces the store with them;
+    /// returns the list's resourceVersion.
+    async fn list(
+        &self,
+        client: &kube::Client,
+        path: &str,
+        decode: ProtoDecoder<K>,
+    ) -> Result<String, (WatchError, Option<String>)> {
+        let req = kube::core::Request::new(path);
+        let mut objs = Vec::new();
+        let mut cont: Option<String> = None;
+        loop {
+            let page = async {
+                let http = list_request(&req, cont.as_deref())?;
+                let body = send(client, http, false).await?;
+                let bytes = collect(body).await?;
+                let list = ListBody::parse(kcm_proto::unwrap_envelope(&bytes)?)?;
+                for item in &list.items {
+                    objs.push(decode(item)?);
+                }
+                Ok::<_, WatchError>((list.resource_version, list.continue_token))
+            };
+            let (list_rv, next) = page.await.map_err(|e| (e, None))?;
+            if next.is_empty() {
+                let mut relist = None;
+                self.apply(Event::Init, &mut relist);
+                for obj in objs {
+                    self.apply(Event::InitApply(obj), &mut relist);
+                }
+                self.apply(Event::InitDone, &mut relist);
+                return Ok(list_rv);
+            }
+            cont = Some(next);
+        }
+    }
+
+    /// Watches from `from` until the stream ends; returns the last
+    /// resourceVersion seen. On error it also hands that back, so a
+    /// retry resumes where this one stopped.
+    async fn watch(
+        &self,
+        client: &kube::Client,
+        path: &str,
+        decode: ProtoDecoder<K>,
+        from: String,
+    ) -> Result<String, (WatchError, Option<String>)> {
+        let mut last = from;
+        // kube's default asks for bookmarks.
+        let wp = WatchParams::default().timeout(WATCH_TIMEOUT_SECS);
+        let http = match kube::core::Request::new(path).watch(&wp, &last) {
+            Ok(r) => r,
+            Err(e) => return Err((kube::Error::BuildRequest(e).into(), Some(last))),
+        };
+        let mut body = match send(client, http, true).await {
+            Ok(b) => b,
+            Err(e) => return Err((e, Some(last))),
+        };
+        let idle = Duration::from_secs(u64::from(WATCH_TIMEOUT_SECS)) + IDLE_MARGIN;
+        let mut buf = BytesMut::new();
+        loop {
+            let frame = match tokio::time::timeout(idle, body.frame()).await {
+                Err(_) => return Err((WatchError::Idle(idle), Some(last))),
+                // The server closed the watch (its timeout): resume.
+                Ok(None) => return Ok(last),
+                Ok(Some(Err(e))) => return Err((WatchError::Body(e.to_string()), Some(last))),
+                Ok(Some(Ok(frame))) => frame,
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            buf.extend_from_slice(&data);
+            while let Some(len) = read_frame_len(&buf) {
+                if buf.len() < 4 + len {
+                    break;
+                }
+                buf.advance(4);
+                let payload = buf.split_to(len);
+                match self.watch_event(&payload, decode) {
+                    Ok(Some(rv)) => last = rv,
+                    Ok(None) => {}
+                    Err(e) => return Err((e, Some(last))),
+                }
+            }
+        }
+    }
+
+    /// Applies one watch frame; returns the resourceVersion it carried.
+    fn watch_event(
+        &self,
+        payload: &[u8],
+        decode: ProtoDecoder<K>,
+    ) -> Result<Option<String>, WatchError> {
+        let ev = WatchEvent::parse(payload)?;
+        let event = match ev.type_ {
+            WatchEventType::Added | WatchEventType::Modified => Event::Apply(decode(ev.object)?),
+            WatchEventType::Deleted => Event::Delete(decode(ev.object)?),
+            // A bookmark is an object with only its resourceVersion set.
+            WatchEventType::Bookmark => {
+                let rv = decode(ev.object)?.resource_version().to_string();
+                return Ok(Some(rv).filter(|rv| !rv.is_empty()));
+            }
+            WatchEventType::Error => return Err(status_error(Status::parse(ev.object)?)),
+            WatchEventType::Other(t) => {
+                tracing::warn!(kind = %self.kind, "ignoring watch event of unknown type {t:?}");
+                return Ok(None);
+            }
+        };
+        let rv = match &event {
+            Event::Apply(o) | Event::Delete(o) => o.resource_version().to_string(),
+            _ => String::new(),
+        };
+        self.apply(event, &mut None);
+        Ok(Some(rv).filter(|rv| !rv.is_empty()))
+    }
+}
+
+/// A list page as client-go's reflector asks for it: the first from the
+/// watch cache (resourceVersion "0", any newer version will do), the next
+/// by continue token, 500 items each. (kube's `ListParams` drops
+/// resourceVersion "0" when a limit is set.)
+fn list_request(
+    req: &kube::core::Request,
+    cont: Option<&str>,
+) -> Result<Request<Vec<u8>>, WatchError> {
+    let lp = ListParams::default().limit(PAGE_SIZE);
+    let built = match cont {
+        Some(token) => req.list(&lp.continue_token(token)),
+        None => req.list(&ListParams::default().match_any()).map(|mut r| {
+            let uri = format!("{}&limit={PAGE_SIZE}", r.uri());
+            if let Ok(uri) = uri.parse() {
+                *r.uri_mut() = uri;
+            }
+            r
+        }),
+    };
+    built.map_err(|e| WatchError::Request(kube::Error::BuildRequest(e)))
+}
+
+fn status_error(s: Status) -> WatchError {
+    WatchError::Api {
+        code: u16::try_from(s.code).unwrap_or(500),
+        reason: s.reason,
+        message: s.message,
+    }
+}
+
+/// Sends a request asking for protobuf; returns the body of a 2xx
+/// protobuf response, or the server's Status as an error.
+async fn send(
+    client: &kube::Client,
+    req: Request<Vec<u8>>,
+    watch: bool,
+) -> Result<Body, WatchError> {
+    let mut req = req.map(Body::from);
+    let headers = req.headers_mut();
+    headers.insert(header::ACCEPT, HeaderValue::from_static(PROTOBUF));
+    if watch {
+        // One gzip member per event is not decoded by kube's decompression
+        // layer (see kube's `request_events`); lists may be compressed.
+        headers.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+    }
+    let res = client.send(req).await?;
+    let status = res.status();
+    let content_type = res
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body = res.into_body();
+    if status.is_success() {
+        if !content_type.starts_with(PROTOBUF) {
+            return Err(WatchError::NotProtobuf(content_type));
+        }
+        return Ok(body);
+    }
+    let bytes = collect(body).await.unwrap_or_default();
+    let parsed = kcm_proto::unwrap_envelope(&bytes)
+        .ok()
+        .and_then(|m| Status::parse(m).ok());
+    Err(match parsed {
+        Some(s) => WatchError::Api {
+            code: status.as_u16(),
+            reason: s.reason,
+            message: s.message,
+        },
+        None => WatchError::Api {
+            code: status.as_u16(),
+            reason: String::new(),
+            message: String::from_utf8_lossy(&bytes).chars().take(200).collect(),
+        },
+    })
+}
+
+async fn collect(body: Body) -> Result<bytes::Bytes, WatchError> {
+    body.collect()
+        .await
+        .map(|c| c.to_bytes())
+        .map_err(|e| WatchError::Body(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,172 @@
+//! Request shapes of the protobuf list+watch against the mock API server:
+//! pages, resume from the last resourceVersion (bookmarks included), relist
+//! after 410 Gone, and the store each answer leaves.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kcm_mock_api::{MockApi, Reply};
+use kcm_pod::CachedPod;
+use kcm_proto::{Writer, watch_frame};
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use super::PROTOBUF;
+use crate::informer::{Change, Informer};
+
+fn pod(name: &str, rv: &str) -> Writer {
+    Writer::new().message(1, Writer::new().bytes(1, name).bytes(3, "ns").bytes(6, rv))
+}
+
+fn list(rv: &str, cont: &str, pods: &[Writer]) -> Reply {
+    let mut w = Writer::new().message(1, Writer::new().bytes(2, rv).bytes(3, cont));
+    for p in pods {
+        w = w.message(2, p.clone());
+    }
+    Reply::raw(200, PROTOBUF, w.enveloped())
+}
+
+fn frames(events: &[(&str, Writer)]) -> Reply {
+    let body = events
+        .iter()
+        .flat_map(|(t, o)| watch_frame(t, o.clone()))
+        .collect();
+    Reply::raw(200, PROTOBUF, body)
+}
+
+fn query_has(q: &str, want: &[&str]) -> bool {
+    let pairs: Vec<&str> = q.split('&').collect();
+    want.iter().all(|w| pairs.contains(w))
+}
+
+#[tokio::test(start_paused = true)]
+async fn pages_then_watches_resumes_from_bookmarks_and_relists_after_gone() {
+    let gone = Writer::new()
+        .bytes(2, "Failure")
+        .bytes(4, "Expired")
+        .varint(6, 410);
+    let bookmark = Writer::new().message(1, Writer::new().bytes(6, "15"));
+    let mock = MockApi::new().on(
+        "GET",
+        [
+            list("", "tok", &[pod("a", "9")]),
+            list("10", "", &[pod("a2", "10")]),
+            frames(&[("ADDED", pod("b", "11")), ("BOOKMARK", bookmark)]),
+            frames(&[("MODIFIED", pod("b", "16")), ("ERROR", gone)]),
+            list("20", "", &[pod("c", "20")]),
+            Reply::Stall,
+        ],
+    );
+    let inf = Arc::new(Informer::<CachedPod>::new());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = Arc::clone(&seen);
+    inf.add_handler(Arc::new(move |c: &Change<CachedPod>| {
+        let what = match c {
+            Change::Added(_) => "add",
+            Change::Updated { .. } => "update",
+            Change::Deleted(_) => "delete",
+        };
+        s.lock().push(format!("{what} {}", c.name()));
+    }));
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(Arc::clone(&inf).run_proto(
+        mock.client(),
+        CachedPod::decode_proto,
+        stop.clone(),
+    ));
+    while mock.seen().len() < 6 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let reqs = mock.seen();
+    let q: Vec<String> = reqs
+        .iter()
+        .map(|r| r.query.clone().unwrap_or_default())
+        .collect();
+    let list0 = [
+        "resourceVersion=0",
+        "resourceVersionMatch=NotOlderThan",
+        "limit=500",
+    ];
+    assert!(query_has(&q[0], &list0), "{}", q[0]);
+    assert!(query_has(&q[1], &["continue=tok", "limit=500"]), "{}", q[1]);
+    assert!(!q[1].contains("resourceVersion="), "{}", q[1]);
+    let watch = [
+        "watch=true",
+        "allowWatchBookmarks=true",
+        "timeoutSeconds=290",
+    ];
+    assert!(
+        query_has(&q[2], &watch) && query_has(&q[2], &["resourceVersion=10"]),
+        "{}",
+        q[2]
+    );
+    // The watch ended cleanly: resume from the bookmark's version.
+    assert!(
+        query_has(&q[3], &watch) && query_has(&q[3], &["resourceVersion=15"]),
+        "{}",
+        q[3]
+    );
+    // 410 Gone: a fresh list, then a watch from its version.
+    assert!(query_has(&q[4], &list0), "{}", q[4]);
+    assert!(query_has(&q[5], &["resourceVersion=20"]), "{}", q[5]);
+    assert!(reqs.iter().all(|r| r.accept == PROTOBUF));
+    assert!(reqs.iter().all(|r| r.path == "/api/v1/pods"));
+
+    let names: Vec<String> = inf
+        .store()
+        .list()
+        .iter()
+        .map(|p| p.name().to_string())
+        .collect();
+    assert_eq!(names, ["c"]);
+    assert_eq!(inf.last_resource_version(), Some(20));
+    let mut events = seen.lock().clone();
+    // The relist's changes come in store order; sort that tail.
+    events[4..].sort();
+    assert_eq!(
+        events,
+        [
+            "add a",
+            "add a2",
+            "add b",
+            "update b",
+            "add c",
+            "delete a",
+            "delete a2",
+            "delete b"
+        ]
+    );
+    assert!(inf.has_synced());
+    stop.cancel();
+    task.await.expect("task");
+    assert!(!inf.watch_ended(), "stopped, not ended");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_in_json_or_an_error_status_is_retried_with_backoff() {
+    let status = Writer::new()
+        .bytes(4, "Forbidden")
+        .bytes(3, "no")
+        .varint(6, 403);
+    let mock = MockApi::new().on(
+        "GET",
+        [
+            Reply::json(200, serde_json::json!({"kind": "PodList", "items": []})),
+            Reply::raw(403, PROTOBUF, status.enveloped()),
+            list("5", "", &[]),
+            Reply::Stall,
+        ],
+    );
+    let inf = Arc::new(Informer::<CachedPod>::new());
+    let stop = CancellationToken::new();
+    tokio::spawn(Arc::clone(&inf).run_proto(mock.client(), CachedPod::decode_proto, stop.clone()));
+    while mock.seen().len() < 4 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let at: Vec<_> = mock.seen().iter().map(|s| s.at).collect();
+    // Back-off doubles from 0.8 s.
+    assert!(at[1] - at[0] >= Duration::from_millis(800));
+    assert!(at[2] - at[1] >= Duration::from_millis(1600));
+    assert!(inf.has_synced());
+    stop.cancel();
+}
