@@ -212,6 +212,7 @@ impl Flags {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kcm_runtime::informer::ContentType;
 
     #[test]
     fn go_durations() {
@@ -231,6 +232,7 @@ mod tests {
         assert_eq!(f.controllers, vec!["*"]);
         assert_eq!(f.kube_api_qps, 20.0);
         assert_eq!(f.kube_api_burst, 30);
+        assert_eq!(f.kube_api_content_type, ContentType::Protobuf);
         assert_eq!(f.job.concurrent_job_syncs, 5);
         assert_eq!(f.podgc.terminated_pod_gc_threshold, 12500);
         assert!(f.leader_elect);
@@ -292,6 +294,9 @@ mod tests {
     fn bad_values_are_rejected() {
         assert!(Flags::try_parse_from(["kcm-rs", "--leader-elect-retry-period=soon"]).is_err());
         assert!(Flags::try_parse_from(["kcm-rs", "--kube-api-burst=-1"]).is_err());
+        assert!(Flags::try_parse_from(["kcm-rs", "--kube-api-content-type=text/yaml"]).is_err());
+        let json = Flags::try_parse_from(["kcm-rs", "--kube-api-content-type=application/json"]);
+        assert_eq!(json.expect("json").kube_api_content_type, ContentType::Json);
         assert!(Flags::try_parse_from(["kcm-rs", "--no-such-flag"]).is_err());
     }
 
