@@ -41,6 +41,9 @@ impl Impl {
 #[derive(Debug, Clone)]
 pub struct Env {
     pub kcm_rs: PathBuf,
+    /// Extra flags for kcm-rs only (an A/B of one build, e.g. its
+    /// `--kube-api-content-type`).
+    pub kcm_rs_args: Vec<String>,
     pub kcm_sim: PathBuf,
     pub started: Instant,
 }
@@ -104,6 +107,10 @@ pub fn spawn_manager(
         .arg(format!("--kube-api-burst={burst}"))
         .args(["--leader-elect=false", "--secure-port=0"])
         .args(extra)
+        .args(match imp {
+            Impl::KcmRs => env.kcm_rs_args.as_slice(),
+            Impl::Upstream => &[],
+        })
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))
         .kill_on_drop(true)

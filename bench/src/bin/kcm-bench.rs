@@ -48,6 +48,10 @@ struct Flags {
     out: PathBuf,
     #[arg(long, default_value = "target/release/kcm-rs")]
     kcm_rs: PathBuf,
+    /// A flag passed to kcm-rs only (repeatable), e.g.
+    /// `--kcm-rs-arg=--kube-api-content-type=application/json`.
+    #[arg(long = "kcm-rs-arg", allow_hyphen_values = true)]
+    kcm_rs_args: Vec<String>,
 }
 
 fn metric(name: &str, unit: &str, up: f64, ours: f64, lower: bool, target: Option<f64>) -> Metric {
@@ -168,6 +172,7 @@ async fn main() -> anyhow::Result<()> {
     anyhow::ensure!(flags.scale > 0.0, "--scale must be positive");
     let env = Env {
         kcm_rs: flags.kcm_rs.clone(),
+        kcm_rs_args: flags.kcm_rs_args.clone(),
         kcm_sim: sibling_binary("kcm-sim"),
         started: Instant::now(),
     };
@@ -181,7 +186,16 @@ async fn main() -> anyhow::Result<()> {
     let run = |w: &str| flags.only.iter().any(|o| o.eq_ignore_ascii_case(w));
     let mut results = Results {
         started: jiff::Timestamp::now().to_string(),
-        machine: machine(),
+        // Which kcm-rs ran, and how, when it is not the default build.
+        machine: format!(
+            "{}; kcm-rs {}{}",
+            machine(),
+            flags.kcm_rs.display(),
+            flags
+                .kcm_rs_args
+                .iter()
+                .fold(String::new(), |acc, a| acc + " " + a)
+        ),
         scale: flags.scale,
         workloads: Vec::new(),
     };
