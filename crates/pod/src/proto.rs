@@ -64,27 +64,23 @@ fn nonzero(f: u32, v: Value<'_>) -> Result<Option<i64>, ProtoError> {
 }
 
 /// `metav1.Time` {seconds 1, nanos 2}; an empty message is the zero time,
-/// which JSON writes as null.
+/// which JSON writes as null. Like Go's `Time.Unmarshal`, the nanos are
+/// ignored (JSON carries seconds only); seconds beyond what a timestamp
+/// can hold (years past ±9999, which RFC 3339 cannot write either) read
+/// as absent rather than failing the whole pod.
 fn time(f: u32, v: Value<'_>) -> Result<Option<Time>, ProtoError> {
     let msg = v.bytes(f)?;
     if msg.is_empty() {
         return Ok(None);
     }
-    let (mut secs, mut nanos) = (0i64, 0i32);
+    let mut secs = 0i64;
     each(msg, |f, v| {
-        match f {
-            1 => secs = v.int64(f)?,
-            2 => nanos = v.int32(f)?,
-            _ => {}
+        if f == 1 {
+            secs = v.int64(f)?;
         }
         Ok(())
     })?;
-    jiff::Timestamp::new(secs, nanos)
-        .map(|t| Some(Time(t)))
-        .map_err(|_| ProtoError::Unexpected {
-            field: f,
-            expected: "a time within year -9999..=9999",
-        })
+    Ok(jiff::Timestamp::new(secs, 0).ok().map(Time))
 }
 
 /// A map entry {key 1, value 2}.

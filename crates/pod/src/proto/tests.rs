@@ -157,5 +157,20 @@ fn bad_bytes_are_an_error() {
             Writer::new().message(8, Writer::new().varint(1, i64::MAX)),
         )
         .finish();
-    assert!(CachedPod::decode_proto(&far).is_err());
+    let far = CachedPod::decode_proto(&far).expect("a time out of range is absent");
+    assert_eq!(far.creation_timestamp(), None);
+}
+
+#[test]
+fn nanos_are_ignored_as_go_does() {
+    let pod = Writer::new()
+        .message(
+            1,
+            Writer::new().message(8, Writer::new().varint(1, 1_767_323_045).varint(2, 5)),
+        )
+        .finish();
+    let t = CachedPod::decode_proto(&pod)
+        .expect("proto")
+        .creation_timestamp();
+    assert_eq!(t.map(|t| t.subsec_nanosecond()), Some(0));
 }

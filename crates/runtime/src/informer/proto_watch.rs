@@ -1,12 +1,15 @@
 //! The informer's list+watch in protobuf (`--kube-api-content-type`
 //! `application/vnd.kubernetes.protobuf`), for kinds with a protobuf
 //! decoder ([`Informable::DECODE_PROTO`]). kube's watcher decodes JSON
-//! only, so this is its own loop with the same contract: a list from the
-//! watch cache (resourceVersion "0", pages of 500, as client-go's reflector) delivered as
-//! `Init`/`InitApply`/`InitDone`, a watch from the list's resourceVersion
-//! with bookmarks and a 290 s server timeout, resumed from the last seen
-//! resourceVersion when it ends, a relist on 410 Gone, and an exponential
-//! back-off (0.8 s to 30 s) after errors.
+//! only, so this is its own loop, in client-go's reflector's order: a list
+//! (pages of 500; the first from the watch cache at resourceVersion "0")
+//! delivered as `Init`/`InitApply`/`InitDone`; a watch from the list's
+//! version with bookmarks and a 290 s server timeout, resumed from the
+//! last version seen when it ends; after 410 Gone or an event that does
+//! not decode, a relist at least as new as that version (a consistent
+//! read if it is gone too). Errors back off exponentially (0.8 s to 30 s);
+//! a watch that delivers events starts the back-off over, and one that
+//! ends at once without any counts as an error.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +18,7 @@ use bytes::{Buf, BytesMut};
 use http::{HeaderValue, Request, header};
 use http_body_util::BodyExt;
 use kcm_proto::{ListBody, ProtoError, Status, WatchEvent, WatchEventType, read_frame_len};
-use kube::api::{ListParams, WatchParams};
+use kube::api::{ListParams, VersionMatch, WatchParams};
 use kube::client::Body;
 use kube::runtime::watcher::Event;
 use tokio_util::sync::CancellationToken;
@@ -33,6 +36,8 @@ const IDLE_MARGIN: Duration = Duration::from_secs(30);
 const PAGE_SIZE: u32 = 500;
 const BACKOFF_MIN: Duration = Duration::from_millis(800);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Upstream's streaming decoder refuses larger frames (`ErrObjectTooLarge`).
+const MAX_FRAME: usize = 16 << 20;
 
 /// Decodes one object message of the kind.
 pub type ProtoDecoder<K> = fn(&[u8]) -> Result<K, ProtoError>;
@@ -56,6 +61,10 @@ pub(crate) enum WatchError {
     NotProtobuf(String),
     #[error("no event for {0:?}: reconnecting")]
     Idle(Duration),
+    #[error("the watch ended at once without an event")]
+    VeryShort,
+    #[error("watch frame of {0} bytes exceeds the 16 MiB limit")]
+    FrameTooLarge(usize),
 }
 
 impl WatchError {
@@ -63,6 +72,38 @@ impl WatchError {
     fn is_gone(&self) -> bool {
         matches!(self, WatchError::Api { code: 410, .. })
     }
+
+    /// The stream cannot be resumed past this point: an event that does
+    /// not decode (skipping it would lose it) or a corrupt frame.
+    fn needs_relist(&self) -> bool {
+        matches!(self, WatchError::Decode(_) | WatchError::FrameTooLarge(_))
+    }
+}
+
+/// Where the next list reads from (client-go's reflector's order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ListFrom {
+    /// resourceVersion "0": the watch cache, any version (the first list).
+    Cache,
+    /// At least as new as this version (a relist after 410 or a bad
+    /// event: the newest version seen, from the cache).
+    At(String),
+    /// No resourceVersion: a consistent read (when `At` itself got 410).
+    Latest,
+}
+
+/// What the loop does next.
+enum Step {
+    List(ListFrom),
+    Watch(String),
+}
+
+/// How one list or watch went.
+struct Outcome {
+    next: Step,
+    error: Option<WatchError>,
+    /// A watch delivered at least one event: the back-off starts over.
+    progress: bool,
 }
 
 impl<K: Informable> Informer<K> {
@@ -76,31 +117,74 @@ impl<K: Informable> Informer<K> {
         let _alive = WatchGuard::new(&self.watch, &stop);
         let path = <K::Wire as kube::Resource>::url_path(&(), None);
         let mut backoff = BACKOFF_MIN;
-        let mut rv: Option<String> = None;
+        let mut step = Step::List(ListFrom::Cache);
         loop {
-            let step = async {
-                match rv.take() {
-                    None => self.list(&client, &path, decode).await.map(Some),
-                    Some(from) => self.watch(&client, &path, decode, from).await.map(Some),
-                }
-            };
-            let result = tokio::select! {
+            let current = std::mem::replace(&mut step, Step::List(ListFrom::Cache));
+            let outcome = tokio::select! {
                 _ = stop.cancelled() => return,
-                r = step => r,
+                o = self.step(&client, &path, decode, current) => o,
             };
-            match result {
-                Ok(next) => {
-                    rv = next;
-                    backoff = BACKOFF_MIN;
+            step = outcome.next;
+            if outcome.progress {
+                backoff = BACKOFF_MIN;
+            }
+            if let Some(e) = outcome.error {
+                tracing::warn!(kind = %self.kind, "watch error (will retry with backoff): {e}");
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
                 }
-                Err((e, resume)) => {
-                    rv = if e.is_gone() { None } else { resume };
-                    tracing::warn!(kind = %self.kind, "watch error (will retry with backoff): {e}");
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(backoff) => {}
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+
+    async fn step(
+        &self,
+        client: &kube::Client,
+        path: &str,
+        decode: ProtoDecoder<K>,
+        step: Step,
+    ) -> Outcome {
+        match step {
+            Step::List(from) => match self.list(client, path, decode, &from).await {
+                Ok(rv) => Outcome {
+                    next: Step::Watch(rv),
+                    error: None,
+                    progress: false,
+                },
+                Err(e) => {
+                    // The version asked for is gone too: read the latest.
+                    let from = if e.is_gone() { ListFrom::Latest } else { from };
+                    Outcome {
+                        next: Step::List(from),
+                        error: Some(e),
+                        progress: false,
                     }
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            },
+            Step::Watch(from) => {
+                let started = tokio::time::Instant::now();
+                let (last, events, result) = self.watch(client, path, decode, from).await;
+                let result = match result {
+                    // client-go's "very short watch": a server or proxy
+                    // closing at once must not make a tight loop.
+                    Ok(()) if events == 0 && started.elapsed() < Duration::from_secs(1) => {
+                        Err(WatchError::VeryShort)
+                    }
+                    other => other,
+                };
+                let next = match &result {
+                    // 410: the version left the watch cache; a bad event
+                    // cannot be skipped without losing it. Either way,
+                    // relist from the newest version seen.
+                    Err(e) if e.is_gone() || e.needs_relist() => Step::List(ListFrom::At(last)),
+                    _ => Step::Watch(last),
+                };
+                Outcome {
+                    next,
+                    error: result.err(),
+                    progress: events > 0,
                 }
             }
         }
@@ -113,64 +197,65 @@ impl<K: Informable> Informer<K> {
         client: &kube::Client,
         path: &str,
         decode: ProtoDecoder<K>,
-    ) -> Result<String, (WatchError, Option<String>)> {
+        from: &ListFrom,
+    ) -> Result<String, WatchError> {
         let req = kube::core::Request::new(path);
         let mut objs = Vec::new();
         let mut cont: Option<String> = None;
         loop {
-            let page = async {
-                let http = list_request(&req, cont.as_deref())?;
-                let body = send(client, http, false).await?;
-                let bytes = collect(body).await?;
-                let list = ListBody::parse(kcm_proto::unwrap_envelope(&bytes)?)?;
-                for item in &list.items {
-                    objs.push(decode(item)?);
-                }
-                Ok::<_, WatchError>((list.resource_version, list.continue_token))
-            };
-            let (list_rv, next) = page.await.map_err(|e| (e, None))?;
-            if next.is_empty() {
+            let http = list_request(&req, from, cont.as_deref())?;
+            let body = send(client, http, false).await?;
+            let bytes = collect(body).await?;
+            let list = ListBody::parse(kcm_proto::unwrap_envelope(&bytes)?)?;
+            for item in &list.items {
+                objs.push(decode(item)?);
+            }
+            if list.continue_token.is_empty() {
                 let mut relist = None;
                 self.apply(Event::Init, &mut relist);
                 for obj in objs {
                     self.apply(Event::InitApply(obj), &mut relist);
                 }
                 self.apply(Event::InitDone, &mut relist);
-                return Ok(list_rv);
+                return Ok(list.resource_version);
             }
-            cont = Some(next);
+            cont = Some(list.continue_token);
         }
     }
 
-    /// Watches from `from` until the stream ends; returns the last
-    /// resourceVersion seen. On error it also hands that back, so a
-    /// retry resumes where this one stopped.
+    /// Watches from `from` until the stream ends. Returns the last
+    /// resourceVersion seen (a retry resumes there), how many events
+    /// (bookmarks included) arrived, and how the watch ended.
     async fn watch(
         &self,
         client: &kube::Client,
         path: &str,
         decode: ProtoDecoder<K>,
         from: String,
-    ) -> Result<String, (WatchError, Option<String>)> {
+    ) -> (String, usize, Result<(), WatchError>) {
         let mut last = from;
+        let mut events = 0;
         // kube's default asks for bookmarks.
         let wp = WatchParams::default().timeout(WATCH_TIMEOUT_SECS);
         let http = match kube::core::Request::new(path).watch(&wp, &last) {
             Ok(r) => r,
-            Err(e) => return Err((kube::Error::BuildRequest(e).into(), Some(last))),
+            Err(e) => return (last, 0, Err(kube::Error::BuildRequest(e).into())),
         };
         let mut body = match send(client, http, true).await {
             Ok(b) => b,
-            Err(e) => return Err((e, Some(last))),
+            Err(e) => return (last, 0, Err(e)),
         };
         let idle = Duration::from_secs(u64::from(WATCH_TIMEOUT_SECS)) + IDLE_MARGIN;
         let mut buf = BytesMut::new();
         loop {
             let frame = match tokio::time::timeout(idle, body.frame()).await {
-                Err(_) => return Err((WatchError::Idle(idle), Some(last))),
-                // The server closed the watch (its timeout): resume.
-                Ok(None) => return Ok(last),
-                Ok(Some(Err(e))) => return Err((WatchError::Body(e.to_string()), Some(last))),
+                Err(_) => return (last, events, Err(WatchError::Idle(idle))),
+                // The server closed the watch (its timeout): resume. A
+                // frame cut short is read again from `last`.
+                Ok(None) => return (last, events, Ok(())),
+                Ok(Some(Err(e))) => {
+                    return (last, events, Err(WatchError::Body(e.to_string())));
+                }
                 Ok(Some(Ok(frame))) => frame,
             };
             let Ok(data) = frame.into_data() else {
@@ -178,15 +263,19 @@ impl<K: Informable> Informer<K> {
             };
             buf.extend_from_slice(&data);
             while let Some(len) = read_frame_len(&buf) {
+                if len > MAX_FRAME {
+                    return (last, events, Err(WatchError::FrameTooLarge(len)));
+                }
                 if buf.len() < 4 + len {
                     break;
                 }
                 buf.advance(4);
                 let payload = buf.split_to(len);
+                events += 1;
                 match self.watch_event(&payload, decode) {
                     Ok(Some(rv)) => last = rv,
                     Ok(None) => {}
-                    Err(e) => return Err((e, Some(last))),
+                    Err(e) => return (last, events, Err(e)),
                 }
             }
         }
@@ -222,24 +311,27 @@ impl<K: Informable> Informer<K> {
     }
 }
 
-/// A list page as client-go's reflector asks for it: the first from the
-/// watch cache (resourceVersion "0", any newer version will do), the next
-/// by continue token, 500 items each. (kube's `ListParams` drops
-/// resourceVersion "0" when a limit is set.)
+/// A list page as client-go's reflector asks for it, 500 items each: the
+/// first from where `from` says, the next by continue token. (kube's
+/// `ListParams` drops resourceVersion "0" when a limit is set, so that
+/// one is added by hand.)
 fn list_request(
     req: &kube::core::Request,
+    from: &ListFrom,
     cont: Option<&str>,
 ) -> Result<Request<Vec<u8>>, WatchError> {
     let lp = ListParams::default().limit(PAGE_SIZE);
-    let built = match cont {
-        Some(token) => req.list(&lp.continue_token(token)),
-        None => req.list(&ListParams::default().match_any()).map(|mut r| {
+    let built = match (cont, from) {
+        (Some(token), _) => req.list(&lp.continue_token(token)),
+        (None, ListFrom::Cache) => req.list(&ListParams::default().match_any()).map(|mut r| {
             let uri = format!("{}&limit={PAGE_SIZE}", r.uri());
             if let Ok(uri) = uri.parse() {
                 *r.uri_mut() = uri;
             }
             r
         }),
+        (None, ListFrom::At(rv)) => req.list(&lp.at(rv).matching(VersionMatch::NotOlderThan)),
+        (None, ListFrom::Latest) => req.list(&lp),
     };
     built.map_err(|e| WatchError::Request(kube::Error::BuildRequest(e)))
 }

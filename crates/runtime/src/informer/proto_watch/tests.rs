@@ -52,7 +52,8 @@ async fn pages_then_watches_resumes_from_bookmarks_and_relists_after_gone() {
             list("", "tok", &[pod("a", "9")]),
             list("10", "", &[pod("a2", "10")]),
             frames(&[("ADDED", pod("b", "11")), ("BOOKMARK", bookmark)]),
-            frames(&[("MODIFIED", pod("b", "16")), ("ERROR", gone)]),
+            frames(&[("MODIFIED", pod("b", "16")), ("ERROR", gone.clone())]),
+            Reply::raw(410, PROTOBUF, gone.enveloped()),
             list("20", "", &[pod("c", "20")]),
             Reply::Stall,
         ],
@@ -74,7 +75,7 @@ async fn pages_then_watches_resumes_from_bookmarks_and_relists_after_gone() {
         CachedPod::decode_proto,
         stop.clone(),
     ));
-    while mock.seen().len() < 6 {
+    while mock.seen().len() < 7 {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let reqs = mock.seen();
@@ -106,9 +107,20 @@ async fn pages_then_watches_resumes_from_bookmarks_and_relists_after_gone() {
         "{}",
         q[3]
     );
-    // 410 Gone: a fresh list, then a watch from its version.
-    assert!(query_has(&q[4], &list0), "{}", q[4]);
-    assert!(query_has(&q[5], &["resourceVersion=20"]), "{}", q[5]);
+    // 410 Gone: a list at least as new as the last version seen; that
+    // one gone too, a consistent read; then a watch from its version.
+    let at16 = [
+        "resourceVersion=16",
+        "resourceVersionMatch=NotOlderThan",
+        "limit=500",
+    ];
+    assert!(query_has(&q[4], &at16), "{}", q[4]);
+    assert!(
+        query_has(&q[5], &["limit=500"]) && !q[5].contains("resourceVersion"),
+        "{}",
+        q[5]
+    );
+    assert!(query_has(&q[6], &["resourceVersion=20"]), "{}", q[6]);
     assert!(reqs.iter().all(|r| r.accept == PROTOBUF));
     assert!(reqs.iter().all(|r| r.path == "/api/v1/pods"));
 
@@ -168,5 +180,103 @@ async fn an_answer_in_json_or_an_error_status_is_retried_with_backoff() {
     assert!(at[1] - at[0] >= Duration::from_millis(800));
     assert!(at[2] - at[1] >= Duration::from_millis(1600));
     assert!(inf.has_synced());
+    stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_ending_at_once_backs_off_and_a_bad_event_relists_from_the_last_version() {
+    let mut bad = watch_frame("ADDED", pod("x", "6"));
+    // An object whose metadata is a number: it cannot be decoded, and
+    // skipping it would lose it.
+    bad.extend(watch_frame("MODIFIED", Writer::new().varint(1, 5)));
+    let mock = MockApi::new().on(
+        "GET",
+        [
+            list("5", "", &[pod("a", "5")]),
+            Reply::raw(200, PROTOBUF, Vec::new()),
+            Reply::raw(200, PROTOBUF, bad),
+            list("7", "", &[pod("a", "5"), pod("x", "7")]),
+            Reply::Stall,
+        ],
+    );
+    let inf = Arc::new(Informer::<CachedPod>::new());
+    let stop = CancellationToken::new();
+    tokio::spawn(Arc::clone(&inf).run_proto(mock.client(), CachedPod::decode_proto, stop.clone()));
+    while mock.seen().len() < 5 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let reqs = mock.seen();
+    let q: Vec<String> = reqs
+        .iter()
+        .map(|r| r.query.clone().unwrap_or_default())
+        .collect();
+    assert!(
+        query_has(&q[1], &["watch=true", "resourceVersion=5"]),
+        "{}",
+        q[1]
+    );
+    // The empty watch is an error: the next one waits out the back-off.
+    assert!(
+        query_has(&q[2], &["watch=true", "resourceVersion=5"]),
+        "{}",
+        q[2]
+    );
+    assert!(reqs[2].at - reqs[1].at >= Duration::from_millis(800));
+    let at6 = [
+        "resourceVersion=6",
+        "resourceVersionMatch=NotOlderThan",
+        "limit=500",
+    ];
+    assert!(query_has(&q[3], &at6), "{}", q[3]);
+    assert!(
+        query_has(&q[4], &["watch=true", "resourceVersion=7"]),
+        "{}",
+        q[4]
+    );
+    let mut names: Vec<String> = inf
+        .store()
+        .list()
+        .iter()
+        .map(|p| p.name().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a", "x"]);
+    assert_eq!(
+        inf.store()
+            .get("ns/x")
+            .map(|p| p.resource_version().to_string())
+            .as_deref(),
+        Some("7")
+    );
+    stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_frame_longer_than_16_mib_is_refused() {
+    let mut huge = (17u32 << 20).to_be_bytes().to_vec();
+    huge.extend([0u8; 16]);
+    let mock = MockApi::new().on(
+        "GET",
+        [
+            list("5", "", &[]),
+            Reply::raw(200, PROTOBUF, huge),
+            list("5", "", &[]),
+            Reply::Stall,
+        ],
+    );
+    let inf = Arc::new(Informer::<CachedPod>::new());
+    let stop = CancellationToken::new();
+    tokio::spawn(Arc::clone(&inf).run_proto(mock.client(), CachedPod::decode_proto, stop.clone()));
+    while mock.seen().len() < 4 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let q = mock.seen()[2].query.clone().unwrap_or_default();
+    assert!(
+        query_has(
+            &q,
+            &["resourceVersion=5", "resourceVersionMatch=NotOlderThan"]
+        ),
+        "{q}"
+    );
     stop.cancel();
 }
