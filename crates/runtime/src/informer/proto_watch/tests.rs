@@ -34,6 +34,30 @@ fn frames(events: &[(&str, Writer)]) -> Reply {
     Reply::raw(200, PROTOBUF, body)
 }
 
+/// Starts a protobuf informer on `mock` and waits for its `n`th request;
+/// returns the informer, its stop token, its task and every request's query.
+async fn run_until(
+    mock: &MockApi,
+    inf: &Arc<Informer<CachedPod>>,
+    n: usize,
+) -> (CancellationToken, tokio::task::JoinHandle<()>, Vec<String>) {
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(Arc::clone(inf).run_proto(
+        mock.client(),
+        CachedPod::decode_proto,
+        stop.clone(),
+    ));
+    while mock.seen().len() < n {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let queries = mock
+        .seen()
+        .iter()
+        .map(|r| r.query.clone().unwrap_or_default())
+        .collect();
+    (stop, task, queries)
+}
+
 fn query_has(q: &str, want: &[&str]) -> bool {
     let pairs: Vec<&str> = q.split('&').collect();
     want.iter().all(|w| pairs.contains(w))
@@ -69,20 +93,8 @@ async fn pages_then_watches_resumes_from_bookmarks_and_relists_after_gone() {
         };
         s.lock().push(format!("{what} {}", c.name()));
     }));
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(Arc::clone(&inf).run_proto(
-        mock.client(),
-        CachedPod::decode_proto,
-        stop.clone(),
-    ));
-    while mock.seen().len() < 7 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (stop, task, q) = run_until(&mock, &inf, 7).await;
     let reqs = mock.seen();
-    let q: Vec<String> = reqs
-        .iter()
-        .map(|r| r.query.clone().unwrap_or_default())
-        .collect();
     let list0 = [
         "resourceVersion=0",
         "resourceVersionMatch=NotOlderThan",
@@ -170,11 +182,7 @@ async fn an_answer_in_json_or_an_error_status_is_retried_with_backoff() {
         ],
     );
     let inf = Arc::new(Informer::<CachedPod>::new());
-    let stop = CancellationToken::new();
-    tokio::spawn(Arc::clone(&inf).run_proto(mock.client(), CachedPod::decode_proto, stop.clone()));
-    while mock.seen().len() < 4 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (stop, _task, _) = run_until(&mock, &inf, 4).await;
     let at: Vec<_> = mock.seen().iter().map(|s| s.at).collect();
     // Back-off doubles from 0.8 s.
     assert!(at[1] - at[0] >= Duration::from_millis(800));
@@ -200,16 +208,8 @@ async fn a_watch_ending_at_once_backs_off_and_a_bad_event_relists_from_the_last_
         ],
     );
     let inf = Arc::new(Informer::<CachedPod>::new());
-    let stop = CancellationToken::new();
-    tokio::spawn(Arc::clone(&inf).run_proto(mock.client(), CachedPod::decode_proto, stop.clone()));
-    while mock.seen().len() < 5 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (stop, _task, q) = run_until(&mock, &inf, 5).await;
     let reqs = mock.seen();
-    let q: Vec<String> = reqs
-        .iter()
-        .map(|r| r.query.clone().unwrap_or_default())
-        .collect();
     assert!(
         query_has(&q[1], &["watch=true", "resourceVersion=5"]),
         "{}",
@@ -265,18 +265,8 @@ async fn a_frame_longer_than_16_mib_is_refused() {
         ],
     );
     let inf = Arc::new(Informer::<CachedPod>::new());
-    let stop = CancellationToken::new();
-    tokio::spawn(Arc::clone(&inf).run_proto(mock.client(), CachedPod::decode_proto, stop.clone()));
-    while mock.seen().len() < 4 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let q = mock.seen()[2].query.clone().unwrap_or_default();
-    assert!(
-        query_has(
-            &q,
-            &["resourceVersion=5", "resourceVersionMatch=NotOlderThan"]
-        ),
-        "{q}"
-    );
+    let (stop, _task, q) = run_until(&mock, &inf, 4).await;
+    let relist = ["resourceVersion=5", "resourceVersionMatch=NotOlderThan"];
+    assert!(query_has(&q[2], &relist), "{}", q[2]);
     stop.cancel();
 }
