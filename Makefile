@@ -7,7 +7,7 @@ ARGS ?=
 DEV_ARGS ?=
 IMAGE ?= kcm-rs:dev
 
-.PHONY: run run-examples test lint unit e2e differential bench chaos controlplane fmt clean-run \
+.PHONY: run run-examples test lint unit e2e differential bench bench-decode chaos controlplane fmt clean-run \
 	check-tools monitoring image kind-up
 
 ## run: kcm-rs against $KUBECONFIG / --kubeconfig in ARGS, else against a local
@@ -144,6 +144,12 @@ BENCH_ARGS ?=
 bench: controlplane
 	$(CARGO) build --release -p kcm-rs -p kcm-sim -p kcm-bench --bins
 	target/release/kcm-bench $(BENCH_ARGS)
+
+## bench-decode: JSON against protobuf decoding of W4's pods into the cache
+## type (bytes and ns per pod; kcm-rs alone).
+bench-decode: controlplane
+	$(CARGO) build --release -p kcm-bench --bin kcm-decode-bench
+	target/release/kcm-decode-bench $(BENCH_ARGS)
 
 fmt:
 	$(CARGO) fmt --all
