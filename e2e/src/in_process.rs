@@ -68,11 +68,21 @@ pub async fn start_at(
             log_tail: String::new(),
         }
     })?;
+    // As the binary's default (JSON); KCM_E2E_CONTENT_TYPE=
+    // application/vnd.kubernetes.protobuf runs a suite over the protobuf
+    // pod watch instead.
+    let content_type = match std::env::var("KCM_E2E_CONTENT_TYPE") {
+        Ok(v) => v.parse().map_err(|reason| HarnessError::NotHealthy {
+            reason,
+            log_tail: String::new(),
+        })?,
+        Err(_) => Default::default(),
+    };
     let stop = CancellationToken::new();
     let options = Options {
         qps: 20.0,
         burst: 30,
-        content_type: Default::default(),
+        content_type,
         features: features.at_version(version),
         version,
         settings,

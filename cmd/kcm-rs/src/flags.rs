@@ -52,9 +52,10 @@ pub struct Flags {
     pub kube_api_burst: u32,
 
     /// Content type of the shared informers' lists and watches:
-    /// application/vnd.kubernetes.protobuf (pods in protobuf, other kinds
-    /// in JSON) or application/json. Writes are JSON either way.
-    #[arg(long, default_value = "application/vnd.kubernetes.protobuf")]
+    /// application/json, or application/vnd.kubernetes.protobuf (pods in
+    /// protobuf, other kinds in JSON; KCM's default). Writes are JSON
+    /// either way.
+    #[arg(long, default_value = "application/json")]
     pub kube_api_content_type: kcm_runtime::informer::ContentType,
 
     /// The Job controller's flags.
@@ -232,7 +233,7 @@ mod tests {
         assert_eq!(f.controllers, vec!["*"]);
         assert_eq!(f.kube_api_qps, 20.0);
         assert_eq!(f.kube_api_burst, 30);
-        assert_eq!(f.kube_api_content_type, ContentType::Protobuf);
+        assert_eq!(f.kube_api_content_type, ContentType::Json);
         assert_eq!(f.job.concurrent_job_syncs, 5);
         assert_eq!(f.podgc.terminated_pod_gc_threshold, 12500);
         assert!(f.leader_elect);
@@ -295,8 +296,12 @@ mod tests {
         assert!(Flags::try_parse_from(["kcm-rs", "--leader-elect-retry-period=soon"]).is_err());
         assert!(Flags::try_parse_from(["kcm-rs", "--kube-api-burst=-1"]).is_err());
         assert!(Flags::try_parse_from(["kcm-rs", "--kube-api-content-type=text/yaml"]).is_err());
-        let json = Flags::try_parse_from(["kcm-rs", "--kube-api-content-type=application/json"]);
-        assert_eq!(json.expect("json").kube_api_content_type, ContentType::Json);
+        let proto = [
+            "kcm-rs",
+            "--kube-api-content-type=application/vnd.kubernetes.protobuf",
+        ];
+        let proto = Flags::try_parse_from(proto).expect("protobuf");
+        assert_eq!(proto.kube_api_content_type, ContentType::Protobuf);
         assert!(Flags::try_parse_from(["kcm-rs", "--no-such-flag"]).is_err());
     }
 

@@ -1,7 +1,7 @@
 //! The runtime every kcm-rs controller stands on.
 //!
 //! Layout: [`informer`] (shared informers: one watch per kind, pods in
-//! protobuf by default, indexed stores, event fan-out) → handlers add keys to a [`workqueue`] (client-go
+//! JSON or protobuf, indexed stores, event fan-out) → handlers add keys to a [`workqueue`] (client-go
 //! semantics: dedupe, one worker per key, delays, per-key back-off) → the
 //! [`host`] runs each controller's workers over its queues (spans, sync
 //! timeout, panic safety, wait-for-sync) and feeds its [`Health`] →

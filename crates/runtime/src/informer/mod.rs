@@ -5,7 +5,7 @@
 //! JSON watches use kube-runtime's stable `watcher()` (kube 5's shared
 //! streams do not deliver deletes); kinds with a protobuf decoder are
 //! listed and watched in protobuf by our own loop (`proto_watch.rs`) when
-//! the factory is set to it. Objects missing from a relist are reported as
+//! the factory is set to it (`--kube-api-content-type`; JSON by default). Objects missing from a relist are reported as
 //! deletes, which the raw watcher leaves to its consumer.
 
 mod factory;
