@@ -24,4 +24,8 @@ pub enum HarnessError {
     Kube(#[from] kube::Error),
     #[error("building an object: {0}")]
     Json(#[from] serde_json::Error),
+    #[error("the API server answered {0}")]
+    Answer(String),
+    #[error("decoding protobuf: {0}")]
+    Protobuf(#[from] kcm_proto::ProtoError),
 }

@@ -22,6 +22,7 @@ pub mod procstat;
 pub mod prometheus;
 pub mod upstream;
 pub mod wait;
+pub mod wire;
 
 pub use control_plane::{ControlPlane, shared};
 pub use error::HarnessError;

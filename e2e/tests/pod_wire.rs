@@ -6,17 +6,14 @@
 
 use std::time::{Duration, Instant};
 
-use http::header;
-use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::Pod;
-use kcm_e2e::{TestNamespace, shared};
+use kcm_e2e::{TestNamespace, shared, wire};
 use kcm_pod::CachedPod;
 use kcm_runtime::informer::{
     BY_NAMESPACE, ContentType, InformerFactory, PROTOBUF, namespace_index,
 };
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use serde::Deserialize;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -91,39 +88,14 @@ fn full_status() -> serde_json::Value {
     })
 }
 
-#[derive(Deserialize)]
-struct JsonList {
-    items: Vec<CachedPod>,
-}
-
 async fn list_json(client: &kube::Client, ns: &str) -> Vec<CachedPod> {
-    let path = format!("/api/v1/namespaces/{ns}/pods");
-    let req = kube::core::Request::new(path)
-        .list(&ListParams::default())
-        .expect("request");
-    let list: JsonList = client.request(req).await.expect("json list");
-    list.items
+    let body = wire::list_pods_raw(client, ns, "application/json").await;
+    wire::json_pods(&body.expect("json list")).expect("decode")
 }
 
 async fn list_protobuf(client: &kube::Client, ns: &str) -> Vec<CachedPod> {
-    let path = format!("/api/v1/namespaces/{ns}/pods");
-    let mut req = kube::core::Request::new(path)
-        .list(&ListParams::default())
-        .expect("request")
-        .map(kube::client::Body::from);
-    req.headers_mut()
-        .insert(header::ACCEPT, PROTOBUF.parse().expect("header"));
-    let res = client.send(req).await.expect("protobuf list");
-    assert!(res.status().is_success(), "status {}", res.status());
-    let ct = res.headers()[header::CONTENT_TYPE].to_str().expect("ct");
-    assert!(ct.starts_with(PROTOBUF), "content type {ct}");
-    let bytes = res.into_body().collect().await.expect("body").to_bytes();
-    let list = kcm_proto::unwrap_envelope(&bytes).expect("envelope");
-    let list = kcm_proto::ListBody::parse(list).expect("list");
-    list.items
-        .iter()
-        .map(|item| CachedPod::decode_proto(item).expect("decode"))
-        .collect()
+    let body = wire::list_pods_raw(client, ns, PROTOBUF).await;
+    wire::protobuf_pods(&body.expect("protobuf list")).expect("decode")
 }
 
 fn by_name(mut pods: Vec<CachedPod>) -> Vec<CachedPod> {

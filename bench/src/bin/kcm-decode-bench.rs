@@ -10,11 +10,8 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Parser;
-use http::header;
-use kcm_e2e::{ControlPlane, TestNamespace};
-use kcm_pod::CachedPod;
+use kcm_e2e::{ControlPlane, TestNamespace, wire};
 use kcm_runtime::informer::PROTOBUF;
-use kube::api::ListParams;
 
 #[derive(Parser)]
 struct Flags {
@@ -26,33 +23,12 @@ struct Flags {
     rounds: usize,
 }
 
-#[derive(serde::Deserialize)]
-struct JsonList {
-    items: Vec<CachedPod>,
-}
-
-async fn list(client: &kube::Client, ns: &str, accept: &str) -> anyhow::Result<Vec<u8>> {
-    let req = kube::core::Request::new(format!("/api/v1/namespaces/{ns}/pods"))
-        .list(&ListParams::default())?;
-    let mut req = req.map(kube::client::Body::from);
-    req.headers_mut().insert(header::ACCEPT, accept.parse()?);
-    let res = client.send(req).await?;
-    anyhow::ensure!(res.status().is_success(), "list: {}", res.status());
-    Ok(res.into_body().collect_bytes().await?.to_vec())
-}
-
 fn decode_json(bytes: &[u8]) -> anyhow::Result<usize> {
-    Ok(serde_json::from_slice::<JsonList>(bytes)?.items.len())
+    Ok(wire::json_pods(bytes)?.len())
 }
 
 fn decode_protobuf(bytes: &[u8]) -> anyhow::Result<usize> {
-    let list = kcm_proto::ListBody::parse(kcm_proto::unwrap_envelope(bytes)?)?;
-    let mut n = 0;
-    for item in list.items {
-        CachedPod::decode_proto(item)?;
-        n += 1;
-    }
-    Ok(n)
+    Ok(wire::protobuf_pods(bytes)?.len())
 }
 
 /// Mean nanoseconds per pod over `rounds` decodes.
@@ -73,8 +49,8 @@ async fn main() -> anyhow::Result<()> {
     let ns = TestNamespace::create(&client, "decode").await?;
     eprintln!("creating {} pods ...", flags.pods);
     kcm_bench::memory::grow(&client, &ns.name, 0, flags.pods).await?;
-    let json = list(&client, &ns.name, "application/json").await?;
-    let proto = list(&client, &ns.name, PROTOBUF).await?;
+    let json = wire::list_pods_raw(&client, &ns.name, "application/json").await?;
+    let proto = wire::list_pods_raw(&client, &ns.name, PROTOBUF).await?;
     let pods = decode_json(&json)?;
     let json_ns = time(flags.rounds, pods, || decode_json(&json))?;
     let proto_ns = time(flags.rounds, pods, || decode_protobuf(&proto))?;
