@@ -15,17 +15,17 @@ use crate::reader::{Reader, lossy_str};
 /// Kubernetes' protobuf magic prefix.
 pub const MAGIC: &[u8; 4] = b"k8s\0";
 
-/// The object message inside an envelope. Bytes without the magic are
-/// taken as the bare message (watch frames carry none).
+/// The object message inside an envelope. Bytes without the magic, or an
+/// envelope without `raw`, are an error.
 pub fn unwrap_envelope(bytes: &[u8]) -> Result<&[u8], ProtoError> {
     let Some(unknown) = bytes.strip_prefix(MAGIC.as_slice()) else {
         return Err(ProtoError::NoMagic);
     };
-    let mut raw: &[u8] = &[];
+    let mut raw = None;
     let mut r = Reader::new(unknown);
     while let Some((field, v)) = r.next()? {
         match field {
-            2 => raw = v.bytes(field)?,
+            2 => raw = Some(v.bytes(field)?),
             3 => {
                 let enc = v.str(field)?;
                 if !enc.is_empty() {
@@ -35,7 +35,7 @@ pub fn unwrap_envelope(bytes: &[u8]) -> Result<&[u8], ProtoError> {
             _ => {}
         }
     }
-    Ok(raw)
+    raw.ok_or(ProtoError::Missing("runtime.Unknown raw"))
 }
 
 /// A list response's resourceVersion and its items' messages.
@@ -80,7 +80,6 @@ pub enum WatchEventType {
     Deleted,
     Bookmark,
     Error,
-    Other(String),
 }
 
 /// One watch event: its type and its object's message (unwrapped).
@@ -99,32 +98,35 @@ impl<'a> WatchEvent<'a> {
         } else {
             frame
         };
-        let mut type_ = WatchEventType::Other(String::new());
-        let mut object: &[u8] = &[];
+        let mut type_ = None;
+        let mut object = None;
         let mut r = Reader::new(frame);
         while let Some((field, v)) = r.next()? {
             match field {
                 1 => {
-                    type_ = match &*v.str(field)? {
+                    type_ = Some(match &*v.str(field)? {
                         "ADDED" => WatchEventType::Added,
                         "MODIFIED" => WatchEventType::Modified,
                         "DELETED" => WatchEventType::Deleted,
                         "BOOKMARK" => WatchEventType::Bookmark,
                         "ERROR" => WatchEventType::Error,
-                        other => WatchEventType::Other(other.to_string()),
-                    }
+                        // client-go ends the watch on these too.
+                        other => return Err(ProtoError::EventType(other.to_string())),
+                    })
                 }
                 2 => {
                     let mut ext = Reader::new(v.bytes(field)?);
                     while let Some((f, v)) = ext.next()? {
                         if f == 1 {
-                            object = v.bytes(f)?;
+                            object = Some(v.bytes(f)?);
                         }
                     }
                 }
                 _ => {}
             }
         }
+        let type_ = type_.ok_or(ProtoError::Missing("watch event type"))?;
+        let object = object.ok_or(ProtoError::Missing("watch event object"))?;
         let object = if object.starts_with(MAGIC) {
             unwrap_envelope(object)?
         } else {

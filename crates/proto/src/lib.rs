@@ -15,7 +15,8 @@
 //! frame, unwraps the envelope here, and hands each object's bytes to its
 //! kind's decoder (`kcm_pod::CachedPod::decode_proto`), which walks them
 //! with a [`Reader`]. Field numbers are stable by API rule; fields a
-//! decoder does not know (newer servers) are skipped.
+//! decoder does not know (newer servers) are skipped, except groups (wire
+//! types 3 and 4, which Kubernetes never writes): those are an error.
 
 mod envelope;
 mod reader;
@@ -33,7 +34,7 @@ pub enum ProtoError {
     /// The message ended inside a field.
     #[error("protobuf message truncated")]
     Truncated,
-    /// A varint longer than ten bytes.
+    /// A varint longer than ten bytes or beyond 64 bits.
     #[error("protobuf varint too long")]
     VarintOverflow,
     /// A wire type this format never uses (groups, or 6 and 7).
@@ -48,6 +49,13 @@ pub enum ProtoError {
     /// The bytes do not start with Kubernetes' `k8s\0` magic.
     #[error("not a Kubernetes protobuf object (no k8s magic prefix)")]
     NoMagic,
+    /// A field every valid message of this kind carries is absent (an
+    /// empty body must not read as an empty list).
+    #[error("protobuf message lacks {0}")]
+    Missing(&'static str),
+    /// A watch event type the API does not define.
+    #[error("unknown watch event type {0:?}")]
+    EventType(String),
     /// The envelope names a content encoding (e.g. gzip) we do not read.
     #[error("unsupported protobuf envelope content encoding {0:?}")]
     ContentEncoding(String),

@@ -100,6 +100,10 @@ impl<'a> Reader<'a> {
     fn varint(&mut self) -> Result<u64, ProtoError> {
         let mut out = 0u64;
         for (i, &b) in self.buf.iter().enumerate().take(10) {
+            // The tenth byte holds only bit 63: more would be dropped.
+            if i == 9 && b > 1 {
+                return Err(ProtoError::VarintOverflow);
+            }
             out |= u64::from(b & 0x7f) << (7 * i);
             if b & 0x80 == 0 {
                 self.buf = &self.buf[i + 1..];

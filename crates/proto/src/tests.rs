@@ -110,11 +110,46 @@ fn watch_frames_parse_to_type_and_unwrapped_object() {
         ("DELETED", WatchEventType::Deleted),
         ("BOOKMARK", WatchEventType::Bookmark),
         ("ERROR", WatchEventType::Error),
-        ("WHAT", WatchEventType::Other("WHAT".into())),
     ] {
         let f = watch_frame(name, Writer::new());
         assert_eq!(WatchEvent::parse(&f[4..]).expect("ok").type_, want);
     }
+    let f = watch_frame("WHAT", Writer::new());
+    assert_eq!(
+        WatchEvent::parse(&f[4..]).map(|e| e.type_),
+        Err(ProtoError::EventType("WHAT".into()))
+    );
+}
+
+#[test]
+fn messages_without_their_payload_are_errors_not_empty_objects() {
+    // A bare magic would otherwise read as an empty list, and a frame
+    // without an object as an object with no name.
+    assert_eq!(
+        unwrap_envelope(MAGIC),
+        Err(ProtoError::Missing("runtime.Unknown raw"))
+    );
+    let no_object = Writer::new().bytes(1, "ADDED").finish();
+    assert_eq!(
+        WatchEvent::parse(&no_object).map(|e| e.type_),
+        Err(ProtoError::Missing("watch event object"))
+    );
+    assert_eq!(
+        WatchEvent::parse(&[]).map(|e| e.type_),
+        Err(ProtoError::Missing("watch event type"))
+    );
+}
+
+#[test]
+fn a_tenth_varint_byte_holds_only_the_top_bit() {
+    let mut max = vec![1 << 3];
+    max.extend([0xff; 9]);
+    max.push(1);
+    let (_, v) = Reader::new(&max).next().expect("ok").expect("field");
+    assert_eq!(v, Value::Varint(u64::MAX));
+    let mut over = max.clone();
+    *over.last_mut().expect("byte") = 0x7f;
+    assert_eq!(Reader::new(&over).next(), Err(ProtoError::VarintOverflow));
 }
 
 #[test]

@@ -211,6 +211,11 @@ impl<K: Informable> Informer<K> {
                 objs.push(decode(item)?);
             }
             if list.continue_token.is_empty() {
+                // The last page's version starts the watch; without one it
+                // would start from "now" and miss what came between.
+                if list.resource_version.is_empty() {
+                    return Err(ProtoError::Missing("list resourceVersion").into());
+                }
                 let mut relist = None;
                 self.apply(Event::Init, &mut relist);
                 for obj in objs {
@@ -297,10 +302,6 @@ impl<K: Informable> Informer<K> {
                 return Ok(Some(rv).filter(|rv| !rv.is_empty()));
             }
             WatchEventType::Error => return Err(status_error(Status::parse(ev.object)?)),
-            WatchEventType::Other(t) => {
-                tracing::warn!(kind = %self.kind, "ignoring watch event of unknown type {t:?}");
-                return Ok(None);
-            }
         };
         let rv = match &event {
             Event::Apply(o) | Event::Delete(o) => o.resource_version().to_string(),

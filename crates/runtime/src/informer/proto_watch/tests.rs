@@ -270,3 +270,46 @@ async fn a_frame_longer_than_16_mib_is_refused() {
     assert!(query_has(&q[2], &relist), "{}", q[2]);
     stop.cancel();
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_empty_or_versionless_list_is_an_error_and_keeps_the_cache() {
+    // An unknown event type ends the watch (as in client-go); the relists
+    // that answer a bare magic, then a list with no resourceVersion, must
+    // not replace the cache with nothing.
+    let mock = MockApi::new().on(
+        "GET",
+        [
+            list("5", "", &[pod("a", "5")]),
+            frames(&[("ADDED", pod("x", "6")), ("WHAT", pod("y", "7"))]),
+            Reply::raw(200, PROTOBUF, kcm_proto::MAGIC.to_vec()),
+            list("", "", &[]),
+            list("8", "", &[pod("a", "5")]),
+            Reply::Stall,
+        ],
+    );
+    let inf = Arc::new(Informer::<CachedPod>::new());
+    let names = |inf: &Informer<CachedPod>| {
+        let mut n: Vec<String> = inf
+            .store()
+            .list()
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect();
+        n.sort();
+        n
+    };
+    let (stop, _task, q) = run_until(&mock, &inf, 4).await;
+    // Both bad answers were read; the next list waits out the back-off.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(mock.seen().len(), 4);
+    assert_eq!(names(&inf), ["a", "x"]);
+    let at6 = ["resourceVersion=6", "resourceVersionMatch=NotOlderThan"];
+    for q in &q[2..4] {
+        assert!(query_has(q, &at6), "{q}");
+    }
+    while mock.seen().len() < 6 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(names(&inf), ["a"]);
+    stop.cancel();
+}
