@@ -58,6 +58,18 @@ async fn run_until(
     (stop, task, queries)
 }
 
+/// The cached pods' names, sorted.
+fn names(inf: &Informer<CachedPod>) -> Vec<String> {
+    let mut n: Vec<String> = inf
+        .store()
+        .list()
+        .iter()
+        .map(|p| p.name().to_string())
+        .collect();
+    n.sort();
+    n
+}
+
 fn query_has(q: &str, want: &[&str]) -> bool {
     let pairs: Vec<&str> = q.split('&').collect();
     want.iter().all(|w| pairs.contains(w))
@@ -233,14 +245,7 @@ async fn a_watch_ending_at_once_backs_off_and_a_bad_event_relists_from_the_last_
         "{}",
         q[4]
     );
-    let mut names: Vec<String> = inf
-        .store()
-        .list()
-        .iter()
-        .map(|p| p.name().to_string())
-        .collect();
-    names.sort();
-    assert_eq!(names, ["a", "x"]);
+    assert_eq!(names(&inf), ["a", "x"]);
     assert_eq!(
         inf.store()
             .get("ns/x")
@@ -288,16 +293,6 @@ async fn an_empty_or_versionless_list_is_an_error_and_keeps_the_cache() {
         ],
     );
     let inf = Arc::new(Informer::<CachedPod>::new());
-    let names = |inf: &Informer<CachedPod>| {
-        let mut n: Vec<String> = inf
-            .store()
-            .list()
-            .iter()
-            .map(|p| p.name().to_string())
-            .collect();
-        n.sort();
-        n
-    };
     let (stop, _task, q) = run_until(&mock, &inf, 4).await;
     // Both bad answers were read; the next list waits out the back-off.
     tokio::time::sleep(Duration::from_millis(500)).await;
