@@ -25,12 +25,7 @@ pub async fn list_pods_raw(
         .map_err(|_| HarnessError::Answer(format!("bad media type {accept:?}")))?;
     req.headers_mut().insert(header::ACCEPT, value);
     let res = client.send(req).await?;
-    let ct = res
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
+    let ct = kcm_runtime::informer::content_type(res.headers()).to_string();
     if !res.status().is_success() || !ct.starts_with(accept) {
         return Err(HarnessError::Answer(format!("{} in {ct:?}", res.status())));
     }

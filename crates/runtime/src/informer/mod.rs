@@ -5,8 +5,9 @@
 //! JSON watches use kube-runtime's stable `watcher()` (kube 5's shared
 //! streams do not deliver deletes); kinds with a protobuf decoder are
 //! listed and watched in protobuf by our own loop (`proto_watch.rs`) when
-//! the factory is set to it (`--kube-api-content-type`; JSON by default). Objects missing from a relist are reported as
-//! deletes, which the raw watcher leaves to its consumer.
+//! the factory is set to it (`--kube-api-content-type`; JSON by default).
+//! Objects missing from a relist are reported as deletes, which the raw
+//! watcher leaves to its consumer.
 
 mod factory;
 mod proto_watch;
@@ -29,7 +30,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use factory::{ContentType, InformerFactory};
-pub use proto_watch::{PROTOBUF, ProtoDecoder};
+pub use proto_watch::{PROTOBUF, ProtoDecoder, content_type};
 pub use store::{
     BY_CONTROLLER_UID, BY_NAMESPACE, BY_NODE_NAME, IndexFn, Store, controller_uid_index, key_of,
     namespace_index, namespace_of, object_key, pod_controller_uid_index, pod_node_index,

@@ -365,12 +365,7 @@ async fn send(
     }
     let res = client.send(req).await?;
     let status = res.status();
-    let content_type = res
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
+    let content_type = content_type(res.headers()).to_string();
     let body = res.into_body();
     if status.is_success() {
         if !content_type.starts_with(PROTOBUF) {
@@ -394,6 +389,14 @@ async fn send(
             message: String::from_utf8_lossy(&bytes).chars().take(200).collect(),
         },
     })
+}
+
+/// A response's `Content-Type` ("" when absent or not text).
+pub fn content_type(headers: &http::HeaderMap) -> &str {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
 }
 
 async fn collect(body: Body) -> Result<bytes::Bytes, WatchError> {
