@@ -7,7 +7,7 @@ ARGS ?=
 DEV_ARGS ?=
 IMAGE ?= kcm-rs:dev
 
-.PHONY: run run-examples test lint unit e2e differential bench bench-decode chaos controlplane fmt clean-run \
+.PHONY: run run-examples test lint unit e2e differential bench bench-decode chaos chaos-seeds handover controlplane fmt clean-run \
 	check-tools monitoring image kind-up
 
 ## run: kcm-rs against $KUBECONFIG / --kubeconfig in ARGS, else against a local
@@ -138,6 +138,24 @@ chaos: controlplane
 	$(CARGO) build -p kcm-rs -p kcm-sim -p kcm-bench --bins
 	target/debug/kcm-chaos --out bench/results/chaos/$$(date +%F).md $(CHAOS_ARGS)
 
+## chaos-seeds: the calm run and kills + faults together (50 SIGKILLs, 10% API
+## faults including requests delayed 2-10 s before they reach the API server)
+## on each of CHAOS_SEEDS; one report per seed in bench/results/chaos/seeds/.
+CHAOS_SEEDS ?= 1 2 3 4 5
+chaos-seeds: controlplane
+	$(CARGO) build -p kcm-rs -p kcm-sim -p kcm-bench --bins
+	@mkdir -p bench/results/chaos/seeds; failed=""; for s in $(CHAOS_SEEDS); do \
+	  target/debug/kcm-chaos --seed $$s --runs combined \
+	    --out bench/results/chaos/seeds/seed-$$s.md $(CHAOS_ARGS) || failed+=" $$s"; \
+	done; \
+	if [[ -n "$$failed" ]]; then echo "error: chaos invariants broken on seeds$$failed" >&2; exit 1; fi
+
+## handover: leader hand-overs (crash, SIGTERM, freeze) of kcm-rs and of
+## upstream KCM's job-controller under the same test; prints the README's
+## leadership table (about 8 minutes; not part of `test`).
+handover: controlplane
+	$(CARGO) test -p kcm-e2e --test leadership -- --ignored --nocapture --test-threads=1 handover_table
+
 ## bench: kcm-rs against upstream KCM (release builds; not part of `test`).
 ## BENCH_ARGS="--scale 0.1 --only w1,w3" for a shorter run; see bench/src/.
 BENCH_ARGS ?=
@@ -156,3 +174,27 @@ fmt:
 
 clean-run:
 	rm -rf .run
+
+## upstream-tests: upstream's own integration tests of the four controllers
+## (test/integration/{job,podgc,disruption,node} of the pinned
+## k8s.io/kubernetes, copied to target/upstream-suites and patched at build
+## time) against upstream KCM and against kcm-rs as external processes, on
+## K8S_VERSIONS (default 1.34 1.37 for this target); tables in
+## target/upstream-suites/report (UPSTREAM_SUITES="job podgc" for fewer).
+## upstream-tests-job: the cheap variant, the Job suite against kcm-rs on
+## UPSTREAM_JOB_VERSION (default 1.34); fails when a leaf fails.
+UPSTREAM_K8S_VERSIONS = $(if $(filter command line environment,$(origin K8S_VERSIONS)),$(K8S_VERSIONS),1.34 1.37)
+UPSTREAM_SUITES ?=
+UPSTREAM_JOB_VERSION ?= 1.34
+.PHONY: upstream-tests upstream-tests-job
+upstream-tests:
+	@for v in $(UPSTREAM_K8S_VERSIONS); do e2e/harness/build.sh $(E2E_BIN) --version $$v || exit 1; done
+	$(CARGO) build -p kcm-rs
+	e2e/upstream-suites/suites.sh all "$(UPSTREAM_K8S_VERSIONS)" "kcm kcm-rs" $(UPSTREAM_SUITES) || true
+	e2e/upstream-suites/suites.sh report target/upstream-suites/report $(UPSTREAM_K8S_VERSIONS)
+	@cat target/upstream-suites/report/summary.md
+
+upstream-tests-job:
+	$(CARGO) build -p kcm-rs
+	e2e/upstream-suites/suites.sh prepare $(UPSTREAM_JOB_VERSION)
+	e2e/upstream-suites/suites.sh run $(UPSTREAM_JOB_VERSION) kcm-rs job

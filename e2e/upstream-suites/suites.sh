@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Upstream's own integration tests of the four controllers kcm-rs replaces,
+# run against an external controller process (kcm-rs or upstream KCM).
+#
+# The test files are taken at build time from the pinned k8s.io/kubernetes
+# module in the Go module cache, copied to target/upstream-suites/1.N/src
+# (never into the repository) and patched (patches/1.N/*.patch): each
+# in-process controller start becomes a start of $KCM_UNDER_TEST through
+# extctl/, and the metric checks scrape that process's /metrics.
+#
+# usage:
+#   suites.sh prepare 1.N             copy and patch the tests
+#   suites.sh build 1.N [SUITE...]    the test binaries and the etcd command
+#   suites.sh run 1.N IMPL [SUITE...] IMPL: kcm-rs | kcm; go test -json output
+#                                     in target/upstream-suites/1.N/results
+#   suites.sh report OUT_DIR 1.N...   markdown tables of the results
+#   suites.sh all "1.34 1.37" "kcm kcm-rs" [SUITE...]
+#   suites.sh gen 1.N.x               (re)write the module file of a version
+#
+# SUITE: job podgc disruption node (default: all four). RUN=regexp passes
+# -test.run. KCM_RS_BIN overrides target/debug/kcm-rs; KCM_BIN overrides
+# the harness's kube-controller-manager of that version.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+work="$root/target/upstream-suites"
+all_suites=(job podgc disruption node)
+default_version=1.34
+
+minor() { local v="${1#v}"; echo "$v" | cut -d. -f1,2; }
+
+modfile_of() {
+  local v; v="$(minor "$1")"
+  if [[ "$v" == "$default_version" ]]; then echo "$here/go.mod"; else echo "$here/versions/$v/go.mod"; fi
+}
+
+kver_of() {
+  local mf; mf="$(modfile_of "$1")"
+  [[ -f "$mf" ]] || { echo "error: no module file for Kubernetes $1 ($mf); write one with suites.sh gen 1.N.x" >&2; exit 1; }
+  awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$mf"
+}
+
+kdir_of() {
+  (cd "$(mktemp -d)" && go mod download -json "k8s.io/kubernetes@$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+}
+
+prepare() {
+  local v kver kdir src mf s p
+  v="$(minor "$1")"; kver="$(kver_of "$v")"; mf="$(modfile_of "$v")"
+  kdir="$(kdir_of "$kver")"
+  [[ -d "$kdir/test/integration" ]] || { echo "error: k8s.io/kubernetes@$kver is not in the module cache and cannot be downloaded" >&2; exit 1; }
+  src="$work/$v/src"
+  rm -rf "$src"; mkdir -p "$src"
+  cp "$mf" "$src/go.mod"; cp "${mf%.mod}.sum" "$src/go.sum"
+  cp -r "$here/extctl" "$here/cmd" "$src/"
+  for s in "${all_suites[@]}"; do
+    mkdir -p "$src/$s"
+    cp "$kdir/test/integration/$s/"*.go "$src/$s/"
+  done
+  chmod -R u+w "$src"
+  for p in "$here/patches/$v/"*.patch; do
+    [[ -f "$p" ]] || continue
+    if ! patch -p1 -s -d "$src" --no-backup-if-mismatch < "$p"; then
+      echo "error: $p does not apply to k8s.io/kubernetes@$kver's tests" >&2; exit 1
+    fi
+  done
+  echo "prepared upstream's tests of k8s.io/kubernetes@$kver in $src" >&2
+}
+
+build() {
+  local v kver src bin kmajor kminor ldflags pkg s hash
+  v="$(minor "$1")"; shift
+  local suites=("$@"); [[ ${#suites[@]} -gt 0 ]] || suites=("${all_suites[@]}")
+  kver="$(kver_of "$v")"; src="$work/$v/src"; bin="$work/$v/bin"
+  [[ -d "$src" ]] || prepare "$v"
+  mkdir -p "$bin"
+  kmajor="$(echo "${kver#v}" | cut -d. -f1)"; kminor="$(echo "${kver#v}" | cut -d. -f2)"
+  # The in-process API server reports a real version, as a release build does.
+  ldflags=""
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$kver -X $pkg.gitMajor=$kmajor -X $pkg.gitMinor=$kminor -X $pkg.gitTreeState=clean"
+  done
+  cd "$src"
+  for s in etcd "${suites[@]}"; do
+    hash="$( { go version; echo "$ldflags"; cat go.mod go.sum; find extctl cmd -name '*.go' | sort | xargs cat; [[ $s == etcd ]] || cat "$s"/*.go; } | sha256sum | cut -d' ' -f1)"
+    if [[ -f "$bin/$s.stamp" && "$(cat "$bin/$s.stamp")" == "$hash" ]]; then continue; fi
+    local t0; t0=$(date +%s)
+    if [[ $s == etcd ]]; then
+      go build -o "$bin/suites-etcd" ./cmd/suites-etcd
+    else
+      go test -c -ldflags "$ldflags" -o "$bin/$s.test" "./$s"
+    fi
+    echo "$hash" > "$bin/$s.stamp"
+    echo "built $s for Kubernetes $v in $(( $(date +%s) - t0 ))s" >&2
+  done
+  cd "$root"
+}
+
+impl_bin() {
+  local v="$1" impl="$2"
+  case "$impl" in
+    kcm-rs) echo "${KCM_RS_BIN:-$root/target/debug/kcm-rs}" ;;
+    kcm)
+      if [[ -n "${KCM_BIN:-}" ]]; then echo "$KCM_BIN"
+      elif [[ "$v" == "$default_version" ]]; then echo "$root/target/e2e-bin/kcm-e2e-controller-manager"
+      else echo "$root/target/e2e-bin/$v/kcm-e2e-controller-manager"; fi ;;
+    *) echo "error: unknown implementation $impl (kcm-rs or kcm)" >&2; exit 2 ;;
+  esac
+}
+
+etcd_pid=""
+start_etcd() {
+  local v="$1" line
+  [[ -z "$etcd_pid" ]] || return 0
+  mkdir -p "$work/$v/run"
+  coproc ETCD { exec "$work/$v/bin/suites-etcd" "$work/$v/run/etcd-data" 2>"$work/$v/run/etcd.log"; }
+  etcd_pid=$ETCD_PID
+  exec {etcd_in}>&"${ETCD[1]}"
+  if ! read -r -t 90 line <&"${ETCD[0]}" || [[ "$line" != READY* ]]; then
+    echo "error: etcd did not start (see $work/$v/run/etcd.log)" >&2; exit 1
+  fi
+  export KUBE_INTEGRATION_ETCD_URL="${line#READY }"
+  trap stop_etcd EXIT
+}
+stop_etcd() {
+  if [[ -n "$etcd_pid" ]]; then kill "$etcd_pid" 2>/dev/null || true; wait "$etcd_pid" 2>/dev/null || true; etcd_pid=""; fi
+}
+
+run() {
+  local v impl b s out rc=0 t0
+  v="$(minor "$1")"; impl="$2"; shift 2
+  local suites=("$@"); [[ ${#suites[@]} -gt 0 ]] || suites=("${all_suites[@]}")
+  b="$(impl_bin "$v" "$impl")"
+  [[ -x "$b" ]] || { echo "error: $impl binary $b is missing (cargo build -p kcm-rs; e2e/harness/build.sh target/e2e-bin --version $v)" >&2; exit 1; }
+  build "$v" "${suites[@]}"
+  start_etcd "$v"
+  out="$work/$v/results"; mkdir -p "$out"
+  for s in "${suites[@]}"; do
+    rm -rf "$out/logs/$impl-$s"; mkdir -p "$out/logs/$impl-$s"
+    echo "== Kubernetes $v, suite $s, $impl ($b)" >&2
+    t0=$(date +%s)
+    set +e
+    (cd "$work/$v/src/$s" && KCM_UNDER_TEST="$b" KCM_SUITES_LOG_DIR="$out/logs/$impl-$s" \
+      "$work/$v/bin/$s.test" -test.v -test.timeout="${SUITE_TIMEOUT:-90m}" ${RUN:+-test.run "$RUN"} 2>&1) \
+      | go tool test2json -t -p "$s" > "$out/$impl-$s.json"
+    [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
+    set -e
+    echo "$(( $(date +%s) - t0 ))" > "$out/$impl-$s.seconds"
+    echo "   $(grep -c '"Action":"pass","Package' "$out/$impl-$s.json" || true) pass lines; $(( $(date +%s) - t0 ))s" >&2
+  done
+  return $rc
+}
+
+report() {
+  local outdir="$1"; shift
+  local v args=()
+  for v in "$@"; do args+=("$(minor "$v")=$work/$(minor "$v")/results"); done
+  mkdir -p "$outdir"
+  (cd "$here" && go run ./cmd/suites-report -out "$outdir" -notes "$here/notes.tsv" "${args[@]}")
+}
+
+gen() {
+  local full="${1#v}" v tmp staging_tag go_line kmod m
+  v="$(minor "$full")"
+  staging_tag="v0.$(echo "$full" | cut -d. -f2,3)"
+  kmod="$(cd "$(mktemp -d)" && go mod download -json "k8s.io/kubernetes@v$full" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
+  go_line="$(awk '$1 == "go" { print $2; exit }' "$kmod")"
+  tmp="$work/gen-$v"; rm -rf "$tmp"; mkdir -p "$tmp"
+  {
+    echo "module github.com/kcm-rs/kcm-rs/e2e/upstream-suites"
+    echo; echo "go $go_line"; echo
+    echo "require k8s.io/kubernetes v$full"
+    echo; echo "replace ("
+    awk '$2 == "=>" && $3 ~ /^\.\/staging\// { print $1 }' "$kmod" | LC_ALL=C sort | while read -r m; do echo "	$m => $m $staging_tag"; done
+    echo ")"
+  } > "$tmp/go.mod"
+  # tidy over the unpatched tests, extctl and the commands
+  local kdir; kdir="$(kdir_of "v$full")"
+  cp -r "$here/extctl" "$here/cmd" "$tmp/"
+  for s in "${all_suites[@]}"; do mkdir -p "$tmp/$s"; cp "$kdir/test/integration/$s/"*.go "$tmp/$s/"; done
+  chmod -R u+w "$tmp"
+  (cd "$tmp" && go mod tidy)
+  local mf; mf="$(modfile_of "$v")"; mkdir -p "$(dirname "$mf")"
+  cp "$tmp/go.mod" "$mf"; cp "$tmp/go.sum" "${mf%.mod}.sum"
+  rm -rf "$tmp"
+  echo "wrote $mf (k8s.io/kubernetes v$full)" >&2
+}
+
+cmd="${1:-}"; shift || true
+case "$cmd" in
+  prepare) prepare "$@" ;;
+  build) build "$@" ;;
+  run) run "$@" ;;
+  report) report "$@" ;;
+  gen) gen "$@" ;;
+  all)
+    versions="$1"; impls="$2"; shift 2; rc=0
+    for v in $versions; do
+      prepare "$v"
+      for i in $impls; do run "$v" "$i" "$@" || rc=1; stop_etcd; done
+    done
+    exit $rc ;;
+  *) sed -n '2,25p' "$0" >&2; exit 2 ;;
+esac
