@@ -137,10 +137,26 @@ pub struct Flags {
     #[arg(long)]
     pub cert_dir: Option<PathBuf>,
 
-    /// CA bundle for client certificates: a verified certificate's CN is
-    /// the user, its O entries the groups.
+    /// CA bundle for client certificates: a verified certificate's last CN
+    /// is the user, its O entries the groups. Reloaded when it changes, as
+    /// are --tls-cert-file and --tls-private-key-file.
     #[arg(long)]
     pub client_ca_file: Option<PathBuf>,
+
+    /// Minimum TLS version: VersionTLS10, VersionTLS11, VersionTLS12 (the
+    /// default) or VersionTLS13. rustls has no TLS 1.0 or 1.1, so the first
+    /// two serve TLS 1.2 and up.
+    #[arg(long, default_value = "", hide_default_value = true,
+        value_parser = kcm_serving::parse_min_version)]
+    pub tls_min_version: kcm_serving::MinVersion,
+
+    /// TLS 1.2 cipher suites, by Go's names (KCM's accepted values); TLS 1.3
+    /// suites are always on, as in Go. Names rustls does not implement (RSA
+    /// key exchange, CBC, 3DES, RC4) are skipped with a warning; unknown
+    /// names are refused. Unset: rustls's defaults (ECDHE with AES-GCM or
+    /// ChaCha20-Poly1305).
+    #[arg(long, value_delimiter = ',', value_parser = kcm_serving::parse_cipher_suite)]
+    pub tls_cipher_suites: Vec<kcm_serving::CipherSuite>,
 
     /// kubeconfig for TokenReview calls; in-cluster configuration when
     /// unset. Without either, bearer tokens are refused.
@@ -324,6 +340,32 @@ mod tests {
             (1, None)
         );
         assert!(Flags::try_parse_from(["kcm-rs", "--concurrent-disruption-syncs=0"]).is_err());
+    }
+
+    #[test]
+    fn tls_flags_take_component_base_names() {
+        let d = Flags::try_parse_from(["kcm-rs"]).expect("defaults");
+        assert_eq!(d.tls_min_version, kcm_serving::MinVersion::Tls12);
+        assert!(d.tls_cipher_suites.is_empty());
+        let f = Flags::try_parse_from([
+            "kcm-rs",
+            "--tls-min-version=VersionTLS13",
+            "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_RSA_WITH_AES_256_GCM_SHA384",
+        ])
+        .expect("parse");
+        assert_eq!(f.tls_min_version, kcm_serving::MinVersion::Tls13);
+        let names: Vec<&str> = f.tls_cipher_suites.iter().map(|s| s.name).collect();
+        assert_eq!(
+            names,
+            [
+                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                "TLS_RSA_WITH_AES_256_GCM_SHA384"
+            ]
+        );
+        for bad in ["--tls-min-version=TLS1.3", "--tls-cipher-suites=TLS_NOPE"] {
+            let e = Flags::try_parse_from(["kcm-rs", bad]).expect_err(bad);
+            assert_eq!(e.exit_code(), 2, "{bad}");
+        }
     }
 
     #[test]

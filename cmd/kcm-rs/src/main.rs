@@ -119,6 +119,8 @@ fn tls_options(flags: &Flags) -> kcm_serving::TlsOptions {
         key_file: flags.tls_private_key_file.clone(),
         cert_dir: flags.cert_dir.clone().filter(|d| !d.as_os_str().is_empty()),
         client_ca_file: flags.client_ca_file.clone(),
+        min_version: flags.tls_min_version,
+        cipher_suites: flags.tls_cipher_suites.clone(),
     }
 }
 
@@ -142,8 +144,14 @@ async fn review_client(
         },
     };
     let url = config.cluster_url.to_string();
-    let client = build_client(config, &ClientOptions::for_component("delegated-auth"))
-        .map_err(|e| Failure::User(format!("{flag}: {e}")))?;
+    // Its own token bucket, at KCM's delegated-client rate (200 QPS, 400
+    // burst): reviews never take the controllers' budget.
+    let opts = ClientOptions {
+        qps: 200.0,
+        burst: 400,
+        ..ClientOptions::for_component("delegated-auth")
+    };
+    let client = build_client(config, &opts).map_err(|e| Failure::User(format!("{flag}: {e}")))?;
     kubeconfig::probe(&client, &url)
         .await
         .map_err(|e| Failure::User(format!("{flag}: {e}")))?;

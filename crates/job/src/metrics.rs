@@ -150,22 +150,62 @@ pub fn stale_sync_skips() -> &'static IntCounterVec {
 /// At most this many distinct `controller_name` values; later ones count
 /// under [`OTHER_CONTROLLER`]. `spec.managedBy` is user data: without a
 /// bound, anyone who may create Jobs could grow the metrics without end
-/// (upstream does not bound it; a deliberate deviation).
+/// (upstream does not bound it; a deliberate deviation). A value holds its
+/// slot only while a Job with it exists, so nobody can squat the slots by
+/// creating and deleting Jobs with ever new values.
 pub const MAX_EXTERNAL_CONTROLLERS: usize = 32;
 pub const OTHER_CONTROLLER: &str = "other";
 
-/// The `controller_name` label value for `managed_by`.
-pub fn external_controller_label(managed_by: &str) -> String {
-    static SEEN: OnceLock<parking_lot::Mutex<std::collections::HashSet<String>>> = OnceLock::new();
-    let mut seen = SEEN.get_or_init(Default::default).lock();
-    if seen.contains(managed_by) {
+/// Which existing Jobs carry each `managedBy` value, and which values hold
+/// a label slot.
+#[derive(Default)]
+struct ExternalControllers {
+    /// Value -> the Jobs (by uid) that exist with it. Keyed by uid so a
+    /// handler seeing the same Job twice counts it once.
+    jobs: std::collections::HashMap<String, std::collections::HashSet<String>>,
+    slotted: std::collections::HashSet<String>,
+}
+
+fn external_controllers() -> &'static parking_lot::Mutex<ExternalControllers> {
+    static S: OnceLock<parking_lot::Mutex<ExternalControllers>> = OnceLock::new();
+    S.get_or_init(Default::default)
+}
+
+/// The `controller_name` label value for a Job `job_uid` managed by
+/// `managed_by`, which now counts as existing.
+pub fn external_controller_label(managed_by: &str, job_uid: &str) -> String {
+    let mut s = external_controllers().lock();
+    s.jobs
+        .entry(managed_by.to_string())
+        .or_default()
+        .insert(job_uid.to_string());
+    if s.slotted.contains(managed_by) {
         return managed_by.to_string();
     }
-    if seen.len() < MAX_EXTERNAL_CONTROLLERS {
-        seen.insert(managed_by.to_string());
+    if s.slotted.len() < MAX_EXTERNAL_CONTROLLERS {
+        s.slotted.insert(managed_by.to_string());
         return managed_by.to_string();
     }
     OTHER_CONTROLLER.to_string()
+}
+
+/// Job `job_uid` managed by `managed_by` is gone: when it was the last Job
+/// with that value, the value's slot and its series are freed.
+pub fn forget_external_controller(managed_by: &str, job_uid: &str) {
+    let mut s = external_controllers().lock();
+    let Some(uids) = s.jobs.get_mut(managed_by) else {
+        return;
+    };
+    uids.remove(job_uid);
+    if !uids.is_empty() {
+        return;
+    }
+    s.jobs.remove(managed_by);
+    if s.slotted.remove(managed_by) {
+        let _ = metrics()
+            .jobs_by_external_controller
+            .remove_label_values(&[managed_by]);
+    }
 }
 
 #[cfg(test)]
@@ -173,19 +213,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn external_controller_labels_are_bounded() {
-        let labels: std::collections::HashSet<String> = (0..200)
-            .map(|i| external_controller_label(&format!("example.com/c{i}")))
-            .collect();
+    fn external_controller_labels_are_bounded_and_freed_with_their_jobs() {
+        let label =
+            |i: usize| external_controller_label(&format!("example.com/c{i}"), &format!("uid{i}"));
+        let labels: std::collections::HashSet<String> = (0..200).map(label).collect();
         assert!(
             labels.len() <= MAX_EXTERNAL_CONTROLLERS + 1,
             "{}",
             labels.len()
         );
         assert!(labels.contains(OTHER_CONTROLLER));
-        // A value seen before keeps its own label.
-        let first = external_controller_label("example.com/c0");
-        assert_eq!(external_controller_label("example.com/c0"), first);
+        // A value with a slot keeps its own label, for a second Job too.
+        let first = external_controller_label("example.com/c0", "uid0-b");
+        assert_eq!(first, "example.com/c0");
+        assert_eq!(label(150), OTHER_CONTROLLER);
+        // Deleting every Job with a value frees its slot for a new value;
+        // a value whose Jobs are not all gone keeps it.
+        forget_external_controller("example.com/c0", "uid0");
+        assert_eq!(label(199), OTHER_CONTROLLER);
+        forget_external_controller("example.com/c0", "uid0-b");
+        forget_external_controller("example.com/c0", "uid0-b");
+        assert_eq!(label(150), "example.com/c150");
+        assert_eq!(label(151), OTHER_CONTROLLER);
+        // Jobs counted under `other` free nothing.
+        forget_external_controller("example.com/c151", "uid151");
+        assert_eq!(label(152), OTHER_CONTROLLER);
+        for i in 0..200 {
+            forget_external_controller(&format!("example.com/c{i}"), &format!("uid{i}"));
+        }
+        assert_eq!(external_controllers().lock().slotted.len(), 0);
     }
 
     #[test]

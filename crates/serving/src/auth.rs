@@ -10,10 +10,13 @@
 //!   HTTP method as verb.
 //!
 //! Both answers are cached for 10 s (KCM's default TTLs), keyed by a hash
-//! of the token and by (user, groups, verb, path); errors are never
-//! cached. A TokenReview that fails denies (401), never allows.
+//! of the token and of (user, uid, groups, extra, verb, path); errors are
+//! never cached. Allowed and denied answers are kept apart, so a flood of
+//! bogus tokens cannot evict good ones. A TokenReview that fails denies
+//! (401), never allows. Reviews are bounded and merged (`review.rs`); when
+//! none can be made in time the answer is 429.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
@@ -26,6 +29,8 @@ use parking_lot::Mutex;
 use prometheus::IntCounterVec;
 use sha2::{Digest, Sha256};
 
+use crate::review::{Flights, Gate};
+
 /// KCM's `--authentication-token-webhook-cache-ttl` and authorization
 /// cache TTLs (allowed and denied alike).
 pub const CACHE_TTL: Duration = Duration::from_secs(10);
@@ -35,12 +40,28 @@ const CACHE_MAX: usize = 4096;
 /// The group that is always authorized.
 pub const MASTERS: &str = "system:masters";
 
+/// The group every authenticated user is in.
+pub const AUTHENTICATED: &str = "system:authenticated";
+
 /// An authenticated caller.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct User {
     pub name: String,
     pub uid: Option<String>,
     pub groups: Vec<String>,
+    /// TokenReview's `user.extra` (scopes, credential ids...), passed on to
+    /// the SubjectAccessReview.
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+impl User {
+    /// With `system:authenticated` added when missing.
+    fn authenticated(mut self) -> Self {
+        if !self.groups.iter().any(|g| g == AUTHENTICATED) {
+            self.groups.push(AUTHENTICATED.into());
+        }
+        self
+    }
 }
 
 /// The outcome of authentication.
@@ -51,6 +72,8 @@ pub enum Authn {
     Anonymous,
     /// Credentials that do not authenticate, or a TokenReview that failed.
     Denied(String),
+    /// No review could be made in time (too many at once): 429.
+    Overloaded,
 }
 
 /// The outcome of authorization.
@@ -60,6 +83,8 @@ pub enum Authz {
     Denied(String),
     /// The SubjectAccessReview could not be made (KCM answers 500).
     Error(String),
+    /// No review could be made in time (too many at once): 429.
+    Overloaded,
 }
 
 struct Ttl<V> {
@@ -135,9 +160,24 @@ pub struct Delegate {
     authn_client: Option<kube::Client>,
     authz_client: Option<kube::Client>,
     always_allow: Vec<String>,
-    tokens: Ttl<Result<User, String>>,
-    decisions: Ttl<Result<(), String>>,
+    users: Ttl<User>,
+    bad_tokens: Ttl<String>,
+    allowed: Ttl<()>,
+    denied: Ttl<String>,
+    token_flights: Flights<Authn>,
+    decision_flights: Flights<Authz>,
+    gate: Gate,
     metrics: Metrics,
+}
+
+/// A hash of `parts`, each length-prefixed so no two lists collide.
+fn key_of<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_be_bytes());
+        h.update(p.as_bytes());
+    }
+    format!("{:x}", h.finalize())
 }
 
 impl Delegate {
@@ -151,8 +191,13 @@ impl Delegate {
             authn_client,
             authz_client,
             always_allow,
-            tokens: Ttl::new(),
-            decisions: Ttl::new(),
+            users: Ttl::new(),
+            bad_tokens: Ttl::new(),
+            allowed: Ttl::new(),
+            denied: Ttl::new(),
+            token_flights: Flights::default(),
+            decision_flights: Flights::default(),
+            gate: Gate::default(),
             metrics,
         }
     }
@@ -198,7 +243,7 @@ impl Delegate {
     /// over a bearer token.
     pub async fn authenticate(&self, cert_user: Option<&User>, bearer: Option<&str>) -> Authn {
         if let Some(u) = cert_user {
-            return Authn::User(u.clone());
+            return Authn::User(u.clone().authenticated());
         }
         let Some(token) = bearer else {
             return Authn::Anonymous;
@@ -206,10 +251,30 @@ impl Delegate {
         let Some(client) = &self.authn_client else {
             return Authn::Denied("token authentication is not configured".into());
         };
-        let key = format!("{:x}", Sha256::digest(token.as_bytes()));
-        if let Some(hit) = self.tokens.get(&key) {
-            return hit.map_or_else(Authn::Denied, Authn::User);
+        let key = key_of([token]);
+        if let Some(hit) = self.cached_token(&key) {
+            return hit;
         }
+        self.token_flights
+            .run(&key, || self.review_token(client, &key, token))
+            .await
+    }
+
+    fn cached_token(&self, key: &str) -> Option<Authn> {
+        if let Some(u) = self.users.get(key) {
+            return Some(Authn::User(u));
+        }
+        self.bad_tokens.get(key).map(Authn::Denied)
+    }
+
+    async fn review_token(&self, client: &kube::Client, key: &str, token: &str) -> Authn {
+        // Another flight may have answered since the first look.
+        if let Some(hit) = self.cached_token(key) {
+            return hit;
+        }
+        let Some(_slot) = self.gate.enter().await else {
+            return Authn::Overloaded;
+        };
         let review = TokenReview {
             spec: TokenReviewSpec {
                 token: token.to_string(),
@@ -222,18 +287,26 @@ impl Delegate {
             // Not cached: the next request asks again.
             Err(()) => return Authn::Denied("token review failed".into()),
         };
-        let result = match (answer.authenticated, answer.user) {
-            (Some(true), Some(u)) => Ok(User {
-                name: u.username.unwrap_or_default(),
-                uid: u.uid,
-                groups: u.groups.unwrap_or_default(),
-            }),
-            _ => Err(answer
-                .error
-                .unwrap_or_else(|| "invalid bearer token".into())),
-        };
-        self.tokens.put(key, result.clone());
-        result.map_or_else(Authn::Denied, Authn::User)
+        match (answer.authenticated, answer.user) {
+            (Some(true), Some(u)) => {
+                let user = User {
+                    name: u.username.unwrap_or_default(),
+                    uid: u.uid.filter(|s| !s.is_empty()),
+                    groups: u.groups.unwrap_or_default(),
+                    extra: u.extra.unwrap_or_default(),
+                }
+                .authenticated();
+                self.users.put(key.to_string(), user.clone());
+                Authn::User(user)
+            }
+            _ => {
+                let why = answer
+                    .error
+                    .unwrap_or_else(|| "invalid bearer token".into());
+                self.bad_tokens.put(key.to_string(), why.clone());
+                Authn::Denied(why)
+            }
+        }
     }
 
     /// May `user` do `verb` on `path`?
@@ -244,20 +317,42 @@ impl Delegate {
         let Some(client) = &self.authz_client else {
             return Authz::Denied("no authorizer configured".into());
         };
-        let key = format!(
-            "{}\u{0}{}\u{0}{}\u{0}{verb}\u{0}{path}",
-            user.name,
-            user.uid.as_deref().unwrap_or(""),
-            user.groups.join("\u{1}")
-        );
-        if let Some(hit) = self.decisions.get(&key) {
-            return hit.map_or_else(Authz::Denied, |()| Authz::Allowed);
+        let key = decision_key(user, verb, path);
+        if let Some(hit) = self.cached_decision(&key) {
+            return hit;
         }
+        self.decision_flights
+            .run(&key, || self.review_access(client, &key, user, verb, path))
+            .await
+    }
+
+    fn cached_decision(&self, key: &str) -> Option<Authz> {
+        if self.allowed.get(key).is_some() {
+            return Some(Authz::Allowed);
+        }
+        self.denied.get(key).map(Authz::Denied)
+    }
+
+    async fn review_access(
+        &self,
+        client: &kube::Client,
+        key: &str,
+        user: &User,
+        verb: &str,
+        path: &str,
+    ) -> Authz {
+        if let Some(hit) = self.cached_decision(key) {
+            return hit;
+        }
+        let Some(_slot) = self.gate.enter().await else {
+            return Authz::Overloaded;
+        };
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
                 user: Some(user.name.clone()),
                 uid: user.uid.clone(),
                 groups: Some(user.groups.clone()),
+                extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
                 non_resource_attributes: Some(NonResourceAttributes {
                     path: Some(path.to_string()),
                     verb: Some(verb.to_string()),
@@ -270,41 +365,69 @@ impl Delegate {
             Ok(r) => r.status.unwrap_or_default(),
             Err(()) => return Authz::Error("authorization check failed".into()),
         };
-        let result = if status.allowed && status.denied != Some(true) {
-            Ok(())
-        } else {
-            Err(status
-                .reason
-                .filter(|r| !r.is_empty())
-                .unwrap_or_else(|| format!("user \"{}\" cannot {verb} path \"{path}\"", user.name)))
-        };
-        self.decisions.put(key, result.clone());
-        result.map_or_else(Authz::Denied, |()| Authz::Allowed)
+        if status.allowed && status.denied != Some(true) {
+            self.allowed.put(key.to_string(), ());
+            return Authz::Allowed;
+        }
+        let why = status
+            .reason
+            .filter(|r| !r.is_empty())
+            .unwrap_or_else(|| format!("user \"{}\" cannot {verb} path \"{path}\"", user.name));
+        self.denied.put(key.to_string(), why.clone());
+        Authz::Denied(why)
+    }
+
+    /// Reviews in flight, by kind (tests).
+    pub fn flights(&self) -> (usize, usize) {
+        (self.token_flights.len(), self.decision_flights.len())
     }
 }
 
-/// The user a verified client certificate names: CN, and O as groups.
+/// The authorization cache key: everything the SubjectAccessReview is
+/// asked about.
+fn decision_key(user: &User, verb: &str, path: &str) -> String {
+    let mut parts: Vec<&str> = vec![&user.name, user.uid.as_deref().unwrap_or("")];
+    let groups = user.groups.len().to_string();
+    parts.push(&groups);
+    parts.extend(user.groups.iter().map(String::as_str));
+    let extras = user.extra.len().to_string();
+    parts.push(&extras);
+    let lens: Vec<String> = user.extra.values().map(|v| v.len().to_string()).collect();
+    for ((k, v), n) in user.extra.iter().zip(&lens) {
+        parts.push(k);
+        parts.push(n);
+        parts.extend(v.iter().map(String::as_str));
+    }
+    parts.push(verb);
+    parts.push(path);
+    key_of(parts)
+}
+
+/// The user a verified client certificate names, as Go's crypto/x509 reads
+/// the subject: the LAST CommonName attribute (pkix.Name.CommonName), and
+/// every Organization as a group. No CN (or an empty one): no user.
 pub fn cert_user(der: &[u8]) -> Option<User> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     let subject = cert.subject();
     let name = subject
         .iter_common_name()
-        .next()?
+        .last()?
         .as_str()
         .ok()?
         .to_string();
     if name.is_empty() {
         return None;
     }
-    let mut groups: Vec<String> = subject
+    let groups: Vec<String> = subject
         .iter_organization()
         .filter_map(|o| o.as_str().ok().map(str::to_string))
         .collect();
-    // As the x509 authenticator's union adds it.
-    groups.push("system:authenticated".into());
-    Some(User {
-        name,
-        uid: None,
-        groups,
-    })
+    Some(
+        User {
+            name,
+            groups,
+            ..Default::default()
+        }
+        .authenticated(),
+    )
 }

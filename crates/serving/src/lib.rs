@@ -5,17 +5,26 @@
 //! Layout:
 //! - `tls.rs`: the serving certificate (files, or self-signed in memory or
 //!   in `--cert-dir`), client-certificate verification, rustls settings;
+//!   `ciphers.rs`: `--tls-min-version`, `--tls-cipher-suites`;
+//!   `reload.rs`: the files reloaded when they change;
 //! - `auth.rs`: who the caller is (client certificate, TokenReview) and
 //!   whether they may (always-allowed paths, `system:masters`,
-//!   SubjectAccessReview), both cached for 10 s;
+//!   SubjectAccessReview), both cached for 10 s; `review.rs`: reviews
+//!   bounded in number and merged per key;
+//! - `conn.rs`: the connection cap and KCM's header and idle timeouts;
 //! - `server.rs`: the accept loop and the check in front of every route.
 //!
-//! Data flow: TCP → TLS handshake (client certificate verified) →
-//! [`server`]'s check (authenticate, authorize) → the caller's router.
+//! Data flow: TCP → connection slot → TLS handshake → client certificate
+//! verified → [`server`]'s check (no body, authenticate, authorize) → the
+//! caller's router.
 //! Every configuration error is returned by [`SecureServer::bind`] before
 //! anything is served, so the binary can exit 2 with one line.
 
 pub mod auth;
+pub mod ciphers;
+pub mod conn;
+pub mod reload;
+pub mod review;
 pub mod server;
 pub mod tls;
 
@@ -30,6 +39,7 @@ use axum::Router;
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{Authn, Authz, Delegate, Metrics, User};
+pub use ciphers::{CipherSuite, MinVersion, parse_cipher_suite, parse_min_version};
 pub use tls::TlsOptions;
 
 /// KCM's `--authorization-always-allow-paths` default.
@@ -73,7 +83,8 @@ pub enum ServeError {
 /// A bound, configured server, not yet accepting.
 pub struct SecureServer {
     listener: tokio::net::TcpListener,
-    acceptor: tokio_rustls::TlsAcceptor,
+    tls: Arc<reload::Reloader>,
+    tracker: Arc<conn::Tracker>,
     delegate: Arc<Delegate>,
 }
 
@@ -84,13 +95,14 @@ impl SecureServer {
         tls: &TlsOptions,
         delegate: Delegate,
     ) -> Result<Self, ServeError> {
-        let config = tls::server_config(tls)?;
+        let reloader = reload::Reloader::new(tls)?;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| ServeError::Bind { addr, source })?;
         Ok(SecureServer {
             listener,
-            acceptor: tokio_rustls::TlsAcceptor::from(config),
+            tls: Arc::new(reloader),
+            tracker: conn::Tracker::new(conn::MAX_CONNECTIONS),
             delegate: Arc::new(delegate),
         })
     }
@@ -99,9 +111,23 @@ impl SecureServer {
         self.listener.local_addr()
     }
 
-    /// Serves `app` (every route behind the check) until `stop`.
+    /// At most `max` open connections (default [`conn::MAX_CONNECTIONS`]).
+    pub fn with_max_connections(mut self, max: usize) -> Self {
+        self.tracker = conn::Tracker::new(max);
+        self
+    }
+
+    /// Serves `app` (every route behind the check) until `stop`, reloading
+    /// the certificate files when they change.
     pub fn spawn(self, app: Router, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
         let app = server::guarded(app, self.delegate);
-        tokio::spawn(server::run(self.listener, self.acceptor, app, stop))
+        Arc::clone(&self.tls).spawn_poll(stop.clone());
+        tokio::spawn(server::run(
+            self.listener,
+            self.tls,
+            self.tracker,
+            app,
+            stop,
+        ))
     }
 }

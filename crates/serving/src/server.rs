@@ -1,6 +1,14 @@
-//! The HTTPS accept loop: TLS handshakes (bounded in time), the verified
-//! client certificate's user handed to the request, and the
-//! authentication/authorization check in front of every route.
+//! The HTTPS accept loop and the check in front of every route.
+//!
+//! Per connection: a slot in the [`Tracker`] (bounded count, timeouts), the
+//! TLS handshake with the configuration current at accept (reloaded files
+//! apply to new connections), the client certificate verified after the
+//! handshake, then exactly the protocol ALPN negotiated (`h2`: HTTP/2 with
+//! KCM's 100 streams and 256 KiB frames; anything else: HTTP/1.1).
+//!
+//! Per request: bodies and methods other than GET/HEAD are refused before
+//! any review (these endpoints only read), then authentication and
+//! authorization (`auth.rs`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,25 +16,65 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{Method, StatusCode, Version, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use http_body::Body as _;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use crate::auth::{Authn, Authz, Delegate, User, cert_user};
+use crate::conn::{Tracker, Watched, supervise};
+use crate::reload::Reloader;
 
-/// A client that has not finished its handshake by then is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// KCM's HTTP/2 limits (secure_serving.go).
+const H2_MAX_STREAMS: u32 = 100;
+const H2_MAX_FRAME: u32 = 256 * 1024;
+/// Go's `MaxHeaderBytes`.
+const MAX_HEADER_BYTES: u32 = 1 << 20;
 
 /// The verified client certificate's user, if any (a request extension).
 #[derive(Clone)]
 struct PeerUser(Option<User>);
 
+fn too_many() -> Response {
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, "1")],
+        "Too many requests, please try again later.\n",
+    )
+        .into_response()
+}
+
+/// Refuses what a read-only endpoint never needs: a body (413) or another
+/// method (405). HTTP/1 closes after, so an unread body is not parsed.
+fn refuse_unread(req: &Request) -> Option<Response> {
+    let (code, msg) = if !req.body().is_end_stream() {
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request bodies are not accepted\n",
+        )
+    } else if req.method() != Method::GET && req.method() != Method::HEAD {
+        (StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n")
+    } else {
+        return None;
+    };
+    let mut resp = (code, [(header::ALLOW, "GET, HEAD")], msg).into_response();
+    if req.version() < Version::HTTP_2 {
+        resp.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+    }
+    Some(resp)
+}
+
 async fn check(State(d): State<Arc<Delegate>>, req: Request, next: Next) -> Response {
+    if let Some(refused) = refuse_unread(&req) {
+        return refused;
+    }
     let path = req.uri().path().to_string();
     if d.always_allowed(&path) {
         return next.run(req).await;
@@ -42,6 +90,7 @@ async fn check(State(d): State<Arc<Delegate>>, req: Request, next: Next) -> Resp
         .map(str::to_string);
     let user = match d.authenticate(peer.as_ref(), bearer.as_deref()).await {
         Authn::User(u) => u,
+        Authn::Overloaded => return too_many(),
         // Deliberately stricter than KCM, which authorizes anonymous callers
         // as system:anonymous: nobody unauthenticated reaches more than the
         // always-allowed paths.
@@ -52,6 +101,7 @@ async fn check(State(d): State<Arc<Delegate>>, req: Request, next: Next) -> Resp
     let verb = req.method().as_str().to_ascii_lowercase();
     match d.authorize(&user, &verb, &path).await {
         Authz::Allowed => next.run(req).await,
+        Authz::Overloaded => too_many(),
         Authz::Denied(reason) => {
             (StatusCode::FORBIDDEN, format!("Forbidden: {reason}\n")).into_response()
         }
@@ -70,7 +120,8 @@ pub fn guarded(app: Router, delegate: Arc<Delegate>) -> Router {
 /// finish.
 pub async fn run(
     listener: tokio::net::TcpListener,
-    acceptor: TlsAcceptor,
+    tls: Arc<Reloader>,
+    tracker: Arc<Tracker>,
     app: Router,
     stop: CancellationToken,
 ) {
@@ -81,44 +132,86 @@ pub async fn run(
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
+                    // Out of descriptors and the like: do not spin.
                     tracing::debug!("accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
         };
-        let acceptor = acceptor.clone();
+        let Some(slot) = tracker.admit() else {
+            tracing::debug!(%peer, "refused: every connection is inside a request");
+            continue;
+        };
+        let built = tls.current();
         let app = app.clone();
-        let builder = auto::Builder::new(TokioExecutor::new());
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => return log_handshake(peer, &e.to_string()),
-                Err(_) => return log_handshake(peer, "timed out"),
+            let state = Arc::clone(&slot.state);
+            let acceptor = tokio_rustls::TlsAcceptor::from(Arc::clone(&built.config));
+            let handshake = acceptor.accept(Watched::new(tcp, Arc::clone(&state)));
+            let tls = match tokio::select! {
+                r = handshake => Some(r),
+                () = state.evicted.cancelled() => None,
+                () = tokio::time::sleep(crate::conn::HANDSHAKE_TIMEOUT) => None,
+            } {
+                Some(Ok(s)) => s,
+                Some(Err(e)) => return log_cut(peer, &format!("TLS handshake: {e}")),
+                None => return log_cut(peer, "TLS handshake: timed out or evicted"),
             };
-            let user = tls
-                .get_ref()
-                .1
+            let conn = tls.get_ref().1;
+            let h2 = conn.alpn_protocol() == Some(b"h2");
+            let user = conn
                 .peer_certificates()
-                .and_then(|c| c.first())
-                .and_then(|c| cert_user(c.as_ref()));
+                .and_then(|chain| match built.verify_peer(chain) {
+                    Ok(leaf) => cert_user(leaf.as_ref()),
+                    Err(e) => {
+                        tracing::debug!(%peer, "client certificate not accepted: {e}");
+                        None
+                    }
+                });
+            state.handshaken(h2);
             let peer_user = PeerUser(user);
+            let busy_state = Arc::clone(&state);
             let svc = hyper::service::service_fn(
                 move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    let busy = busy_state.begin();
                     req.extensions_mut().insert(peer_user.clone());
-                    app.clone().oneshot(req.map(axum::body::Body::new))
+                    let answer = app.clone().oneshot(req.map(axum::body::Body::new));
+                    async move {
+                        let r = answer.await;
+                        drop(busy);
+                        r
+                    }
                 },
             );
-            let conn = builder.serve_connection(TokioIo::new(tls), svc);
-            if let Err(e) = watcher.watch(conn.into_owned()).await {
-                tracing::debug!(%peer, "connection: {e}");
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            // Timeouts are `supervise`'s (hyper's would cut idle keep-alive
+            // connections at the header timeout).
+            builder.http1().header_read_timeout(None);
+            builder
+                .http2()
+                .max_concurrent_streams(H2_MAX_STREAMS)
+                .max_frame_size(H2_MAX_FRAME)
+                .max_header_list_size(MAX_HEADER_BYTES);
+            let builder = if h2 {
+                builder.http2_only()
+            } else {
+                builder.http1_only()
+            };
+            let conn = builder
+                .serve_connection(TokioIo::new(tls), svc)
+                .into_owned();
+            if let Some(why) = supervise(watcher.watch(conn), &state).await {
+                log_cut(peer, why);
             }
+            drop(slot);
         });
     }
     // Let in-flight requests finish, briefly.
     let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;
 }
 
-fn log_handshake(peer: SocketAddr, why: &str) {
-    tracing::debug!(%peer, "TLS handshake: {why}");
+fn log_cut(peer: SocketAddr, why: &str) {
+    tracing::debug!(%peer, "connection closed: {why}");
 }

@@ -40,8 +40,7 @@ async fn no_credentials_is_anonymous_and_a_failed_review_denies() {
     ));
     let user = User {
         name: "u".into(),
-        uid: None,
-        groups: vec![],
+        ..Default::default()
     };
     assert!(matches!(
         d.authorize(&user, "get", "/metrics").await,

@@ -2,18 +2,28 @@
 //! by `--tls-cert-file`/`--tls-private-key-file`, or, as KCM does without
 //! them, a self-signed certificate for `localhost`/`127.0.0.1` (kept in
 //! `--cert-dir` when one is given, so restarts reuse it). TLS 1.2 and 1.3
-//! only. With `--client-ca-file`, client certificates signed by that CA are
-//! verified (and optional: a bearer token may authenticate instead).
+//! only (`--tls-min-version`, `--tls-cipher-suites`: see `ciphers.rs`);
+//! ALPN offers `h2` and `http/1.1`, as KCM.
+//!
+//! With `--client-ca-file` a client certificate is requested but, as Go's
+//! `tls.RequestClientCert`, not judged in the handshake: the chain is
+//! verified against the CA after it (`Built::verify_peer`), so an untrusted
+//! or expired certificate is an unauthenticated request (401, or a bearer
+//! token decides), not a failed handshake. rustls still checks that the
+//! client holds the certificate's key.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::ServerConfig;
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, ServerConfig, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 
 use crate::ServeError;
+use crate::ciphers::{CipherSuite, MinVersion};
 
 /// File names in `--cert-dir`, as KCM names its own after the component.
 pub const CERT_FILE: &str = "kcm-rs.crt";
@@ -26,7 +36,14 @@ pub struct TlsOptions {
     /// Where a generated certificate is written; empty: memory only.
     pub cert_dir: Option<PathBuf>,
     pub client_ca_file: Option<PathBuf>,
+    /// `--tls-min-version`.
+    pub min_version: MinVersion,
+    /// `--tls-cipher-suites`; empty: rustls's defaults.
+    pub cipher_suites: Vec<CipherSuite>,
 }
+
+/// The serving chain and key.
+pub(crate) type Pair = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
 
 fn read(path: &Path, what: &'static str) -> Result<Vec<u8>, ServeError> {
     std::fs::read(path).map_err(|source| ServeError::Read {
@@ -95,9 +112,7 @@ fn self_signed() -> Result<(String, String), ServeError> {
 }
 
 /// The serving certificate chain and key, loaded or generated.
-fn serving_pair(
-    o: &TlsOptions,
-) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), ServeError> {
+pub(crate) fn serving_pair(o: &TlsOptions) -> Result<Pair, ServeError> {
     match (&o.cert_file, &o.key_file) {
         (Some(c), Some(k)) => Ok((
             certs(&read(c, "--tls-cert-file")?, c, "--tls-cert-file")?,
@@ -147,39 +162,137 @@ fn write_pair(dir: &Path, c: &Path, cert: &str, k: &Path, key: &str) -> Result<(
     std::io::Write::write_all(&mut f, key.as_bytes()).map_err(io)
 }
 
-/// The rustls server configuration for `o`. Every error is a start-up
-/// error naming the flag and file.
-pub fn server_config(o: &TlsOptions) -> Result<Arc<ServerConfig>, ServeError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| ServeError::Tls(e.to_string()))?;
-    let builder = match &o.client_ca_file {
-        Some(path) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for c in certs(&read(path, "--client-ca-file")?, path, "--client-ca-file")? {
-                roots.add(c).map_err(|e| ServeError::Parse {
-                    what: "--client-ca-file",
-                    path: path.clone(),
-                    reason: e.to_string(),
-                })?;
-            }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .allow_unauthenticated()
-                .build()
-                .map_err(|e| ServeError::Parse {
-                    what: "--client-ca-file",
-                    path: path.clone(),
-                    reason: e.to_string(),
-                })?;
-            builder.with_client_cert_verifier(verifier)
-        }
-        None => builder.with_no_client_auth(),
+/// The client CA bundle as trust roots.
+fn roots(path: &Path) -> Result<rustls::RootCertStore, ServeError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in certs(&read(path, "--client-ca-file")?, path, "--client-ca-file")? {
+        roots.add(c).map_err(|e| ServeError::Parse {
+            what: "--client-ca-file",
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    }
+    Ok(roots)
+}
+
+/// Requests a client certificate and checks the client holds its key, but
+/// leaves the chain to [`Built::verify_peer`] (see the module comment).
+#[derive(Debug)]
+struct Deferred(Arc<dyn ClientCertVerifier>);
+
+impl ClientCertVerifier for Deferred {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.0.root_hint_subjects()
+    }
+    fn verify_client_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(m, c, d)
+    }
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(m, c, d)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+/// A rustls configuration and the verifier of client certificates that
+/// goes with it (both replaced together when the files change).
+pub struct Built {
+    pub config: Arc<ServerConfig>,
+    client_verifier: Option<Arc<dyn ClientCertVerifier>>,
+}
+
+impl Built {
+    /// The peer's chain verified against the client CA: the end-entity
+    /// certificate, or why not.
+    pub fn verify_peer<'a>(
+        &self,
+        chain: &'a [CertificateDer<'static>],
+    ) -> Result<&'a CertificateDer<'static>, String> {
+        let Some(v) = &self.client_verifier else {
+            return Err("no --client-ca-file".into());
+        };
+        let (leaf, intermediates) = chain.split_first().ok_or("no certificate")?;
+        v.verify_client_cert(leaf, intermediates, UnixTime::now())
+            .map(|_| leaf)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The configuration for `o` with the serving `pair`. Every error names the
+/// flag and file.
+pub(crate) fn build(o: &TlsOptions, pair: Pair) -> Result<Built, ServeError> {
+    let mut provider = rustls::crypto::ring::default_provider();
+    let (suites, missing) = crate::ciphers::select(&provider.cipher_suites, &o.cipher_suites);
+    for m in &missing {
+        tracing::warn!(
+            cipher_suite = m.name,
+            "--tls-cipher-suites: not implemented by rustls, skipped"
+        );
+    }
+    for s in o.cipher_suites.iter().filter(|s| s.insecure) {
+        tracing::warn!(cipher_suite = s.name, "use of insecure cipher detected");
+    }
+    provider.cipher_suites = suites;
+    let provider = Arc::new(provider);
+    let versions: &[&rustls::SupportedProtocolVersion] = match o.min_version {
+        MinVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+        MinVersion::Tls13 => &[&rustls::version::TLS13],
     };
-    let (chain, key) = serving_pair(o)?;
-    let mut config = builder
-        .with_single_cert(chain, key)
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_protocol_versions(versions)
         .map_err(|e| ServeError::Tls(e.to_string()))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    let (builder, client_verifier) = match &o.client_ca_file {
+        Some(path) => {
+            let verifier: Arc<dyn ClientCertVerifier> =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots(path)?), provider)
+                    .build()
+                    .map_err(|e| ServeError::Parse {
+                        what: "--client-ca-file",
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    })?;
+            let deferred = Arc::new(Deferred(Arc::clone(&verifier)));
+            (builder.with_client_cert_verifier(deferred), Some(verifier))
+        }
+        None => (builder.with_no_client_auth(), None),
+    };
+    let mut config = builder
+        .with_single_cert(pair.0, pair.1)
+        .map_err(|e| ServeError::Tls(e.to_string()))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Built {
+        config: Arc::new(config),
+        client_verifier,
+    })
+}
+
+/// The rustls server configuration for `o`, certificate loaded or
+/// generated. Every error is a start-up error naming the flag and file.
+pub fn server_config(o: &TlsOptions) -> Result<Arc<ServerConfig>, ServeError> {
+    Ok(build(o, serving_pair(o)?)?.config)
 }

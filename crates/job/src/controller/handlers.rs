@@ -212,7 +212,10 @@ impl<P: JobPort> JobController<P> {
         if let Some(name) = managed_by_other(job) {
             metrics()
                 .jobs_by_external_controller
-                .with_label_values(&[crate::metrics::external_controller_label(name)])
+                .with_label_values(&[crate::metrics::external_controller_label(
+                    name,
+                    job.metadata.uid.as_deref().unwrap_or_default(),
+                )])
                 .inc();
         }
     }
@@ -260,6 +263,12 @@ impl<P: JobPort> JobController<P> {
         }
         self.enqueue_selector(job);
         self.backoff.remove(&object_key(job));
+        if let Some(name) = managed_by_other(job) {
+            crate::metrics::forget_external_controller(
+                name,
+                job.metadata.uid.as_deref().unwrap_or_default(),
+            );
+        }
     }
 
     /// Registers the handlers on the shared informers. They hold a weak
