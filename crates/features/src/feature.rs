@@ -3,8 +3,8 @@
 
 use std::fmt;
 
-use crate::KubeVersion;
 use crate::table::Table;
+use crate::{Emulation, KubeVersion};
 
 /// A feature gate kcm-rs reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -21,6 +21,9 @@ pub enum Feature {
     JobPodReplacementPolicy,
     JobSuccessPolicy,
     SidecarContainers,
+    /// The Job controller labels pods with their completion index (GA and
+    /// locked from 1.32; settable only when emulating 1.31).
+    PodIndexLabel,
     /// `observedGeneration` on the conditions pod GC and taint eviction add.
     PodObservedGenerationTracking,
     /// 1.35+: suspending a Job clears `status.startTime`.
@@ -46,7 +49,7 @@ pub enum Support {
 
 impl Feature {
     /// Every gate kcm-rs reads, in name order.
-    pub const ALL: [Feature; 12] = [
+    pub const ALL: [Feature; 13] = [
         Feature::JobBackoffLimitPerIndex,
         Feature::JobManagedBy,
         Feature::JobPodFailurePolicy,
@@ -54,6 +57,7 @@ impl Feature {
         Feature::JobSuccessPolicy,
         Feature::MutableSchedulingDirectivesForSuspendedJobs,
         Feature::PodDisruptionConditions,
+        Feature::PodIndexLabel,
         Feature::PodObservedGenerationTracking,
         Feature::SidecarContainers,
         Feature::StaleControllerConsistencyJob,
@@ -71,6 +75,7 @@ impl Feature {
             Feature::JobPodReplacementPolicy => "JobPodReplacementPolicy",
             Feature::JobSuccessPolicy => "JobSuccessPolicy",
             Feature::SidecarContainers => "SidecarContainers",
+            Feature::PodIndexLabel => "PodIndexLabel",
             Feature::PodObservedGenerationTracking => "PodObservedGenerationTracking",
             Feature::MutableSchedulingDirectivesForSuspendedJobs => {
                 "MutableSchedulingDirectivesForSuspendedJobs"
@@ -95,33 +100,52 @@ impl Feature {
             Feature::JobPodFailurePolicy
             | Feature::PodDisruptionConditions
             | Feature::MutableSchedulingDirectivesForSuspendedJobs
-            | Feature::StaleControllerConsistencyJob => Support::Both,
+            | Feature::StaleControllerConsistencyJob
+            | Feature::JobManagedBy
+            | Feature::JobBackoffLimitPerIndex
+            | Feature::JobPodReplacementPolicy
+            | Feature::JobSuccessPolicy => Support::Both,
             _ => Support::DefaultOnly,
         }
     }
 
-    /// The value at `version` when not set: the table's default; kcm-rs's
-    /// own gates are on; a gate the minor does not have is on if it was
-    /// removed after going GA, off if it does not exist yet.
+    /// The value at `version` when not set and not emulating.
     pub fn default_at(self, version: KubeVersion) -> bool {
+        self.default_in(Emulation::of(version))
+    }
+
+    /// The value at an emulation version when not set: the table's
+    /// default; kcm-rs's own gates are on; a gate the binary registers that
+    /// is PRE-ALPHA there is off; a gate the binary does not have is on if
+    /// it was removed after going GA, off if it does not exist yet.
+    pub fn default_in(self, emulation: Emulation) -> bool {
         if self.is_own() {
             return true;
         }
-        match Table::of(version).get(self.name()) {
+        let table = Table::at(emulation);
+        match table.get(self.name()) {
             Some(g) => g.default,
+            None if table.is_known(self.name()) => false,
             None => matches!(
                 self,
                 Feature::JobBackoffLimitPerIndex
                     | Feature::JobPodReplacementPolicy
                     | Feature::JobSuccessPolicy
                     | Feature::SidecarContainers
+                    | Feature::PodIndexLabel
             ),
         }
     }
 
     /// Whether `--feature-gates` of `version` knows the gate.
     pub fn exists_at(self, version: KubeVersion) -> bool {
-        self.is_own() || Table::of(version).get(self.name()).is_some()
+        self.exists_in(Emulation::of(version))
+    }
+
+    /// Whether `--feature-gates` takes the gate at an emulation version
+    /// (PRE-ALPHA gates are refused there).
+    pub fn exists_in(self, emulation: Emulation) -> bool {
+        self.is_own() || Table::at(emulation).get(self.name()).is_some()
     }
 
     /// Looks a gate up by its exact (case-sensitive) name.

@@ -1,13 +1,13 @@
 //! `--feature-gates` as kube-controller-manager of each minor takes it:
 //! syntax first ([`FeatureGates::parse`]), then, once the version is known,
 //! the checks of component-base's `featureGate.Set` against that minor's
-//! gate table ([`FeatureGates::resolve`]).
+//! gate table at the emulation version ([`FeatureGates::resolve_at`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::table::{Stage, Table};
-use crate::{Feature, KubeVersion, Support};
+use crate::{Emulation, Feature, KubeVersion, Support};
 
 /// Why a `--feature-gates` value was rejected. The texts are
 /// component-base's where upstream has the same check.
@@ -28,6 +28,18 @@ pub enum FeatureGateError {
         name: String,
         value: bool,
         locked_to: bool,
+    },
+    /// A gate the binary has that is not yet available at the emulated
+    /// version (1.35+ also print the min-compatibility version).
+    #[error(
+        "cannot set feature gate {name} to {value}, feature is PreAlpha at emulated version 1.{emulated}{}",
+        .min_compat.map(|m| format!(", min compatibility version 1.{m}")).unwrap_or_default()
+    )]
+    PreAlpha {
+        name: String,
+        value: bool,
+        emulated: u32,
+        min_compat: Option<u32>,
     },
     #[error("{name} is enabled, but depends on features that are disabled: [{}]", .deps.join(" "))]
     Dependency { name: String, deps: Vec<String> },
@@ -61,10 +73,14 @@ impl FeatureGateError {
     }
 }
 
-/// The gates of one KCM minor with what `--feature-gates` set.
+/// The gates of one KCM minor, at its emulation version, with what
+/// `--feature-gates` set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FeatureGates {
-    version: KubeVersion,
+    emulation: Emulation,
+    /// An emulated minor asked for before the binary was known
+    /// ([`FeatureGates::emulating`]); [`FeatureGates::at_version`] applies it.
+    requested: Option<u32>,
     /// Explicit settings by name (last one wins).
     set: BTreeMap<String, bool>,
 }
@@ -88,8 +104,14 @@ fn parse_go_bool(s: &str) -> Option<bool> {
 impl FeatureGates {
     /// Every gate of `version` at its default.
     pub fn defaults(version: KubeVersion) -> Self {
+        FeatureGates::defaults_at(Emulation::of(version))
+    }
+
+    /// Every gate of a binary at an emulation version at its default.
+    pub fn defaults_at(emulation: Emulation) -> Self {
         FeatureGates {
-            version,
+            emulation,
+            requested: None,
             set: BTreeMap::new(),
         }
     }
@@ -106,6 +128,11 @@ impl FeatureGates {
     /// [`FeatureGates::parse`] and [`FeatureGates::resolve`] in one.
     pub fn parse_for(version: KubeVersion, value: &str) -> Result<FeatureGates, FeatureGateError> {
         FeatureGates::parse(value)?.resolve(version)
+    }
+
+    /// [`FeatureGates::parse`] and [`FeatureGates::resolve_at`] in one.
+    pub fn parse_at(emulation: Emulation, value: &str) -> Result<FeatureGates, FeatureGateError> {
+        FeatureGates::parse(value)?.resolve_at(emulation)
     }
 
     /// Adds a `--feature-gates` value (the flag may repeat); on error `self`
@@ -149,24 +176,40 @@ impl FeatureGates {
         Ok(())
     }
 
-    /// The checks of KCM `version`'s `featureGate.Set`: every name known
-    /// to that minor (or one of kcm-rs's own), locked gates only at their
-    /// value, (1.35+) every enabled gate's dependencies enabled; and
-    /// kcm-rs's own rule: a gate its controllers read is refused at a
-    /// value kcm-rs does not implement.
-    pub fn resolve(mut self, version: KubeVersion) -> Result<FeatureGates, FeatureGateError> {
-        self.version = version;
-        let table = Table::of(version);
+    /// [`FeatureGates::resolve_at`] of `version` not emulating.
+    pub fn resolve(self, version: KubeVersion) -> Result<FeatureGates, FeatureGateError> {
+        self.resolve_at(Emulation::of(version))
+    }
+
+    /// The checks of KCM's `featureGate.Set` for its binary at the
+    /// emulation version: every name the binary registers (or one of
+    /// kcm-rs's own), none PRE-ALPHA at the emulation version, locked gates
+    /// only at their value there, (1.35+) every enabled gate's dependencies
+    /// enabled; and kcm-rs's own rule: a gate its controllers read is
+    /// refused at a value kcm-rs does not implement.
+    pub fn resolve_at(mut self, emulation: Emulation) -> Result<FeatureGates, FeatureGateError> {
+        self.emulation = emulation;
+        let version = emulation.binary();
+        let table = Table::at(emulation);
         let mut errs = Vec::new();
         for (name, &value) in &self.set {
             let feature = Feature::from_name(name);
             if feature.is_some_and(Feature::is_own) {
                 continue;
             }
-            let Some(spec) = table.get(name) else {
+            if !table.is_known(name) {
                 errs.push(FeatureGateError::Unrecognized { name: name.clone() });
                 // Upstream stops at the first unknown name.
                 return FeatureGateError::join(errs).map(|()| self);
+            }
+            let Some(spec) = table.get(name) else {
+                errs.push(FeatureGateError::PreAlpha {
+                    name: name.clone(),
+                    value,
+                    emulated: emulation.minor(),
+                    min_compat: version.at_least(35).then(|| emulation.min_compatibility()),
+                });
+                continue;
             };
             if spec.locked && value != spec.default {
                 errs.push(FeatureGateError::Locked {
@@ -178,12 +221,12 @@ impl FeatureGates {
             }
             if let Some(f) = feature
                 && f.support() == Support::DefaultOnly
-                && value != spec.default
+                && value != f.default_at(version)
             {
                 errs.push(FeatureGateError::Unsupported {
                     name: name.clone(),
                     value,
-                    default: spec.default,
+                    default: f.default_at(version),
                     version,
                 });
             }
@@ -211,15 +254,46 @@ impl FeatureGates {
     }
 
     /// The same settings read as another minor's, unchecked (tests that
-    /// follow the control plane's version).
+    /// follow the control plane's version); an emulated minor asked for
+    /// with [`FeatureGates::emulating`] applies when that binary can
+    /// emulate it.
     #[must_use]
     pub fn at_version(mut self, version: KubeVersion) -> Self {
-        self.version = version;
+        let minor = self.requested.unwrap_or(version.minor());
+        self.emulation = Emulation::new(version, minor).unwrap_or(Emulation::of(version));
         self
     }
 
+    /// Asks for `--emulated-version=1.<minor>` (tests): applied now if the
+    /// current binary can emulate it, and by [`FeatureGates::at_version`].
+    #[must_use]
+    pub fn emulating(mut self, minor: u32) -> Self {
+        self.requested = Some(minor);
+        if let Ok(e) = Emulation::new(self.emulation.binary(), minor) {
+            self.emulation = e;
+        }
+        self
+    }
+
+    /// The binary minor (the KCM kcm-rs behaves as).
     pub fn version(&self) -> KubeVersion {
-        self.version
+        self.emulation.binary()
+    }
+
+    pub fn emulation(&self) -> Emulation {
+        self.emulation
+    }
+
+    /// Gates kcm-rs reads whose upstream default at the emulation version
+    /// is not what kcm-rs implements (each [`Support::DefaultOnly`] gate
+    /// runs as the binary's default): (gate, kcm-rs's value).
+    pub fn emulation_deviations(&self) -> Vec<(Feature, bool)> {
+        Feature::ALL
+            .into_iter()
+            .filter(|f| f.support() == Support::DefaultOnly && !self.set.contains_key(f.name()))
+            .filter(|f| f.default_in(self.emulation) != self.enabled(*f))
+            .map(|f| (f, self.enabled(f)))
+            .collect()
     }
 
     /// `AllAlpha`/`AllBeta`'s value for a gate of `stage`, when set.
@@ -236,25 +310,28 @@ impl FeatureGates {
         if let Some(v) = self.set.get(name) {
             return *v;
         }
-        let Some(spec) = Table::of(self.version).get(name) else {
+        let Some(spec) = Table::at(self.emulation).get(name) else {
             return false;
         };
         self.all_of(spec.stage).unwrap_or(spec.default)
     }
 
     /// Whether `feature` is on. `AllAlpha`/`AllBeta` reach only gates kcm-rs
-    /// implements both ways; the others stay at their default.
+    /// implements both ways; the others stay at the binary's default, which
+    /// is all kcm-rs implements of them, under emulation too.
     pub fn enabled(&self, feature: Feature) -> bool {
         if let Some(v) = self.set.get(feature.name()) {
             return *v;
         }
-        if feature.support() == Support::Both
-            && let Some(spec) = Table::of(self.version).get(feature.name())
+        if feature.support() == Support::DefaultOnly {
+            return feature.default_at(self.version());
+        }
+        if let Some(spec) = Table::at(self.emulation).get(feature.name())
             && let Some(all) = self.all_of(spec.stage)
         {
             return all;
         }
-        feature.default_at(self.version)
+        feature.default_in(self.emulation)
     }
 
     /// Names set explicitly that no kcm-rs controller reads (KCM accepts
@@ -294,7 +371,7 @@ impl fmt::Display for FeatureGates {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut first = true;
         for feature in Feature::ALL {
-            if !feature.exists_at(self.version) {
+            if !feature.exists_in(self.emulation) {
                 continue;
             }
             if !first {

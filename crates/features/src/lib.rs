@@ -1,8 +1,11 @@
 //! Feature gates of kcm-rs, as kube-controller-manager of the cluster's
-//! minor (1.34 to 1.37) takes them with `--feature-gates`.
+//! minor (1.34 to 1.37) takes them with `--feature-gates`, at the version
+//! `--emulated-version` names (that minor's own, or older down to its
+//! floor: binary - 3, never below 1.31).
 //!
-//! Layout: [`version`] (the minor kcm-rs behaves as), [`table`] (every gate
-//! each minor's KCM registers, from `gates/*.txt`), [`feature`] (the gates
+//! Layout: [`version`] (the minor kcm-rs behaves as and the one it
+//! emulates), [`table`] (every gate each minor's KCM registers, from
+//! `gates/*.txt`, and as an older minor had it), [`feature`] (the gates
 //! kcm-rs's controllers read, and which values kcm-rs implements),
 //! [`gates`] (parsing and upstream's checks).
 //!
@@ -30,7 +33,10 @@ pub mod version;
 
 pub use feature::{Feature, Support};
 pub use gates::{FeatureGateError, FeatureGates};
-pub use version::{KubeVersion, VersionError};
+pub use version::{ChooseError, Chosen, Emulation, KubeVersion, VersionError};
+
+#[cfg(test)]
+mod emulation_tests;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
@@ -134,10 +140,7 @@ mod tests {
     fn every_gate_of_the_minor_is_accepted_and_unknown_or_removed_ones_are_not() {
         // Gates no kcm-rs controller reads: accepted, ignored.
         let g = FeatureGates::parse_for(v(34), "PodIndexLabel=true,APIResponseCompression=false");
-        assert_eq!(
-            g.unwrap().ignored(),
-            ["APIResponseCompression", "PodIndexLabel"]
-        );
+        assert_eq!(g.unwrap().ignored(), ["APIResponseCompression"]);
         // Removed in 1.35: unrecognized, as upstream.
         assert_eq!(
             err(35, "PodIndexLabel=true"),
@@ -188,10 +191,10 @@ mod tests {
 
     #[test]
     fn values_kcm_rs_does_not_implement_are_refused() {
-        let e = err(34, "JobManagedBy=false");
+        let e = err(34, "PodObservedGenerationTracking=false");
         assert_eq!(
             e,
-            "kcm-rs implements JobManagedBy only as true, not false (a gate of kube-controller-manager 1.34 that kcm-rs reads)"
+            "kcm-rs implements PodObservedGenerationTracking only as true, not false (a gate of kube-controller-manager 1.34 that kcm-rs reads)"
         );
         assert!(err(35, "TaintTolerationComparisonOperators=true").contains("only as false"));
         // Through AllAlpha: kept at the default, not refused.

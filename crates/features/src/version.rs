@@ -1,6 +1,9 @@
-//! The Kubernetes minor version kcm-rs behaves as: the API server's own,
-//! read at start, or `--emulated-version`. kcm-rs reproduces the KCM of
-//! every minor from [`KubeVersion::OLDEST`] to [`KubeVersion::NEWEST`].
+//! The Kubernetes minor kcm-rs behaves as ([`KubeVersion`], the KCM
+//! "binary": the API server's own minor, read at start) and the minor its
+//! feature gates are evaluated at ([`Emulation`]: `--emulated-version`, as
+//! old as that KCM's floor). kcm-rs reproduces the KCM of every minor from
+//! [`KubeVersion::OLDEST`] to [`KubeVersion::NEWEST`]; emulation can go
+//! older (KCM 1.34 emulates 1.31 to 1.34).
 
 use std::fmt;
 
@@ -21,6 +24,14 @@ pub enum VersionError {
         newest = KubeVersion::NEWEST
     )]
     Unsupported(String),
+    /// Outside `[floor, binary]`: component-base's `EffectiveVersion.Validate`.
+    #[error("{0}")]
+    Emulation(String),
+    /// `--emulated-version` of another component (component-base's text).
+    #[error("component not registered: {0}")]
+    Component(String),
+    #[error("patch version not allowed, got: kube={0}")]
+    Patch(String),
 }
 
 impl KubeVersion {
@@ -77,20 +88,194 @@ impl KubeVersion {
         Self::new(minor)
     }
 
-    /// `--emulated-version` as component-base takes it: `1.N` or `kube=1.N`
-    /// (one entry; kcm-rs has no other component to emulate).
+    /// `--emulated-version` naming a minor kcm-rs behaves as (1.34 to 1.37).
     pub fn from_flag(s: &str) -> Result<Self, VersionError> {
-        let unparsable = || VersionError::Unparsable(s.to_string());
-        let v = s.trim();
-        let v = v.strip_prefix("kube=").unwrap_or(v);
-        let (major, minor) = v.split_once('.').ok_or_else(unparsable)?;
-        let (Ok(major), Ok(minor)) = (major.parse::<u32>(), minor.parse::<u32>()) else {
-            return Err(unparsable());
-        };
-        if major != 1 {
-            return Err(VersionError::Unsupported(format!("{major}.{minor}")));
+        Self::new(parse_flag(s)?)
+    }
+
+    /// The oldest minor this KCM emulates: binary minus 3, never below 1.31
+    /// (apiserver's `kubeEffectiveVersionFloors`: emulation began in 1.31).
+    pub const fn emulation_floor(self) -> u32 {
+        let floor = self.minor.saturating_sub(3);
+        if floor < 31 { 31 } else { floor }
+    }
+}
+
+/// `--emulated-version` as component-base takes it: `1.N`, `1.N.0` or
+/// `kube=1.N` (one entry; kcm-rs has no other component); the minor.
+pub fn parse_flag(s: &str) -> Result<u32, VersionError> {
+    let unparsable = || VersionError::Unparsable(s.to_string());
+    let v = s.trim();
+    let v = match v.split_once('=') {
+        Some((c, v)) if c.trim() == "kube" => v.trim(),
+        Some((c, _)) => return Err(VersionError::Component(c.trim().to_string())),
+        None => v,
+    };
+    let mut parts = v.split('.');
+    let (Some(major), Some(minor)) = (parts.next(), parts.next()) else {
+        return Err(unparsable());
+    };
+    let patch = parts.next();
+    if parts.next().is_some() {
+        return Err(unparsable());
+    }
+    let (Ok(major), Ok(minor)) = (major.parse::<u32>(), minor.parse::<u32>()) else {
+        return Err(unparsable());
+    };
+    match patch.map(str::parse::<u32>) {
+        None | Some(Ok(0)) => {}
+        Some(Ok(_)) => return Err(VersionError::Patch(v.to_string())),
+        Some(Err(_)) => return Err(unparsable()),
+    }
+    if major != 1 {
+        return Err(VersionError::Unsupported(format!("{major}.{minor}")));
+    }
+    Ok(minor)
+}
+
+/// KCM's effective version: the minor kcm-rs behaves as (the binary, whose
+/// controller code and gate table apply) and the minor its feature gates
+/// are evaluated at (`--emulated-version`: the binary's own, or older down
+/// to [`KubeVersion::emulation_floor`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Emulation {
+    binary: KubeVersion,
+    minor: u32,
+}
+
+impl Emulation {
+    /// `binary` emulating itself (no `--emulated-version`).
+    pub const fn of(binary: KubeVersion) -> Self {
+        Emulation {
+            binary,
+            minor: binary.minor,
         }
-        Self::new(minor)
+    }
+
+    /// `binary` emulating `1.<minor>`; outside `[floor, binary]` refused
+    /// with component-base's `Validate` messages (the min-compatibility
+    /// version, emulation - 1 floored, is checked with it).
+    pub fn new(binary: KubeVersion, minor: u32) -> Result<Self, VersionError> {
+        let floor = binary.emulation_floor();
+        let mut errs = Vec::new();
+        if minor > binary.minor || minor < floor {
+            errs.push(format!(
+                "emulation version 1.{minor} is not between [1.{floor}, 1.{}.0]",
+                binary.minor
+            ));
+        }
+        let min_compat = Emulation { binary, minor }.min_compatibility();
+        if min_compat > minor {
+            errs.push(format!(
+                "minCompatibilityVersion version 1.{min_compat} is not between [1.{floor}, 1.{minor}]"
+            ));
+        }
+        match errs.len() {
+            0 => Ok(Emulation { binary, minor }),
+            1 => Err(VersionError::Emulation(errs.remove(0))),
+            _ => Err(VersionError::Emulation(format!("[{}]", errs.join(", ")))),
+        }
+    }
+
+    /// Every valid pair, binary by binary, oldest emulation first.
+    pub fn all() -> impl Iterator<Item = Emulation> {
+        KubeVersion::ALL.into_iter().flat_map(|b| {
+            (b.emulation_floor()..=b.minor).map(move |minor| Emulation { binary: b, minor })
+        })
+    }
+
+    pub const fn binary(self) -> KubeVersion {
+        self.binary
+    }
+
+    /// The minor the gates are evaluated at.
+    pub const fn minor(self) -> u32 {
+        self.minor
+    }
+
+    pub const fn is_emulating(self) -> bool {
+        self.minor != self.binary.minor
+    }
+
+    /// component-base's default min-compatibility version: emulation - 1,
+    /// not below the floor (1.35+ print it in the PreAlpha message).
+    pub const fn min_compatibility(self) -> u32 {
+        let floor = self.binary.emulation_floor();
+        let m = self.minor.saturating_sub(1);
+        if m < floor { floor } else { m }
+    }
+
+    /// The binary and emulation for a server's `gitVersion` and an optional
+    /// `--emulated-version`: the server's minor is the binary, and the flag
+    /// may emulate an older minor down to that KCM's floor. kcm-rs's own
+    /// override beyond upstream: a flag naming a supported minor newer than
+    /// the server (or any supported minor when the server's is unsupported
+    /// or unreadable) makes kcm-rs behave as that minor's KCM, with a warning.
+    pub fn choose(flag: Option<&str>, server: &str) -> Result<Chosen, ChooseError> {
+        let from_server = KubeVersion::from_git_version(server);
+        let Some(flag) = flag else {
+            return from_server
+                .map(|b| Chosen {
+                    emulation: Emulation::of(b),
+                    warning: None,
+                })
+                .map_err(|e| ChooseError::Server {
+                    server: server.to_string(),
+                    source: e,
+                });
+        };
+        let flag_err = |source| ChooseError::Flag {
+            flag: flag.to_string(),
+            source,
+        };
+        let minor = parse_flag(flag).map_err(flag_err)?;
+        match from_server {
+            Ok(s) if minor <= s.minor => Ok(Chosen {
+                emulation: Emulation::new(s, minor).map_err(flag_err)?,
+                warning: None,
+            }),
+            Ok(_) => Ok(Chosen {
+                emulation: Emulation::of(KubeVersion::new(minor).map_err(flag_err)?),
+                warning: Some(
+                    "outside KCM's version skew (at most one minor older than the API server, \
+                     never newer); behaving as that minor's kube-controller-manager"
+                        .into(),
+                ),
+            }),
+            Err(e) => Ok(Chosen {
+                emulation: Emulation::of(KubeVersion::new(minor).map_err(flag_err)?),
+                warning: Some(format!("{e}; behaving as --emulated-version says")),
+            }),
+        }
+    }
+}
+
+/// What [`Emulation::choose`] picked, and a warning to log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chosen {
+    pub emulation: Emulation,
+    pub warning: Option<String>,
+}
+
+/// Why no version could be chosen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChooseError {
+    #[error(
+        "API server version {server:?}: {source}; set --emulated-version=1.N (1.34 to 1.37) \
+         to run as that version's kube-controller-manager anyway"
+    )]
+    Server {
+        server: String,
+        source: VersionError,
+    },
+    #[error("--emulated-version={flag}: {source}")]
+    Flag { flag: String, source: VersionError },
+}
+
+impl fmt::Display for Emulation {
+    /// The emulated minor, `1.N`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "1.{}", self.minor)
     }
 }
 
