@@ -14,6 +14,8 @@
 #   suites.sh run 1.N IMPL [SUITE...] IMPL: kcm-rs | kcm; go test -json output
 #                                     in target/upstream-suites/1.N/results
 #   suites.sh report OUT_DIR 1.N...   markdown tables of the results
+#   suites.sh check 1.N IMPL SUITE    every leaf passed, or failed/skipped as
+#                                     expected/1.N-IMPL-SUITE.tsv lists it
 #   suites.sh all "1.34 1.37" "kcm kcm-rs" [SUITE...]
 #   suites.sh gen 1.N.x               (re)write the module file of a version
 #
@@ -159,6 +161,45 @@ report() {
   (cd "$here" && go run ./cmd/suites-report -out "$outdir" -notes "$here/notes.tsv" "${args[@]}")
 }
 
+check() {
+  local v impl s json exp
+  v="$(minor "$1")"; impl="$2"; s="$3"
+  json="$work/$v/results/$impl-$s.json"; exp="$here/expected/$v-$impl-$s.tsv"
+  [[ -f "$json" ]] || { echo "error: no results in $json (suites.sh run $v $impl $s)" >&2; exit 1; }
+  python3 - "$json" "$exp" <<'PY'
+import json, sys, os
+res, parents = {}, set()
+for line in open(sys.argv[1]):
+    try: e = json.loads(line)
+    except ValueError: continue
+    t = e.get("Test")
+    if not t: continue
+    res.setdefault(t, "")
+    if e["Action"] in ("pass", "fail", "skip"): res[t] = e["Action"]
+for t in res:
+    while "/" in t:
+        t = t.rsplit("/", 1)[0]; parents.add(t)
+exp = {}
+if os.path.exists(sys.argv[2]):
+    for line in open(sys.argv[2]):
+        if line.strip() and not line.startswith("#"):
+            f = line.rstrip("\n").split("\t")
+            exp[f[0]] = f[1]
+bad, fixed = [], []
+for t in sorted(res):
+    if t in parents: continue
+    got, want = res[t] or "no result", exp.get(t, "pass")
+    if got != want and not (want == "fail" and got == "no result"):
+        (fixed if got == "pass" else bad).append(f"{t}: {got} (expected {want})")
+for t in sorted(set(exp) - set(res)):
+    bad.append(f"{t}: not run (expected {exp[t]})")
+for f in fixed: print("now passes, remove from the expected list:", f)
+for b in bad: print("UNEXPECTED:", b)
+print(f"{sum(1 for t in res if t not in parents)} leaves, {len(bad)} unexpected, {len(fixed)} fixed")
+sys.exit(1 if bad else 0)
+PY
+}
+
 gen() {
   local full="${1#v}" v tmp staging_tag go_line kmod m
   v="$(minor "$full")"
@@ -192,6 +233,7 @@ case "$cmd" in
   build) build "$@" ;;
   run) run "$@" ;;
   report) report "$@" ;;
+  check) check "$@" ;;
   gen) gen "$@" ;;
   all)
     versions="$1"; impls="$2"; shift 2; rc=0
