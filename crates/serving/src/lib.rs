@@ -29,6 +29,8 @@ pub mod server;
 pub mod tls;
 
 #[cfg(test)]
+mod server_tests;
+#[cfg(test)]
 mod tests;
 
 use std::net::SocketAddr;
