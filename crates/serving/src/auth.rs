@@ -37,6 +37,10 @@ pub const CACHE_TTL: Duration = Duration::from_secs(10);
 /// Entries a cache holds at most; a full cache drops expired entries, then
 /// everything (a flood of distinct tokens cannot grow memory).
 const CACHE_MAX: usize = 4096;
+/// How long a token or decision that once passed keeps the reserved
+/// review slots (`review::Gate`): a scraper whose answer expired is asked
+/// again ahead of a flood of unknown tokens.
+const KNOWN_TTL: Duration = Duration::from_secs(3600);
 /// The group that is always authorized.
 pub const MASTERS: &str = "system:masters";
 
@@ -88,12 +92,18 @@ pub enum Authz {
 }
 
 struct Ttl<V> {
+    ttl: Duration,
     entries: Mutex<HashMap<String, (Instant, V)>>,
 }
 
 impl<V: Clone> Ttl<V> {
     fn new() -> Self {
+        Self::with_ttl(CACHE_TTL)
+    }
+
+    fn with_ttl(ttl: Duration) -> Self {
         Ttl {
+            ttl,
             entries: Mutex::new(HashMap::new()),
         }
     }
@@ -101,14 +111,15 @@ impl<V: Clone> Ttl<V> {
     fn get(&self, key: &str) -> Option<V> {
         let e = self.entries.lock();
         e.get(key)
-            .filter(|(at, _)| at.elapsed() < CACHE_TTL)
+            .filter(|(at, _)| at.elapsed() < self.ttl)
             .map(|(_, v)| v.clone())
     }
 
     fn put(&self, key: String, v: V) {
         let mut e = self.entries.lock();
         if e.len() >= CACHE_MAX {
-            e.retain(|_, (at, _)| at.elapsed() < CACHE_TTL);
+            let ttl = self.ttl;
+            e.retain(|_, (at, _)| at.elapsed() < ttl);
             if e.len() >= CACHE_MAX {
                 e.clear();
             }
@@ -164,6 +175,8 @@ pub struct Delegate {
     bad_tokens: Ttl<String>,
     allowed: Ttl<()>,
     denied: Ttl<String>,
+    /// Keys of tokens and decisions that passed within [`KNOWN_TTL`].
+    known: Ttl<()>,
     token_flights: Flights<Authn>,
     decision_flights: Flights<Authz>,
     gate: Gate,
@@ -195,6 +208,7 @@ impl Delegate {
             bad_tokens: Ttl::new(),
             allowed: Ttl::new(),
             denied: Ttl::new(),
+            known: Ttl::with_ttl(KNOWN_TTL),
             token_flights: Flights::default(),
             decision_flights: Flights::default(),
             gate: Gate::default(),
@@ -272,7 +286,8 @@ impl Delegate {
         if let Some(hit) = self.cached_token(key) {
             return hit;
         }
-        let Some(_slot) = self.gate.enter().await else {
+        let known = self.known.get(key).is_some();
+        let Some(_slot) = self.gate.enter(known).await else {
             return Authn::Overloaded;
         };
         let review = TokenReview {
@@ -297,6 +312,7 @@ impl Delegate {
                 }
                 .authenticated();
                 self.users.put(key.to_string(), user.clone());
+                self.known.put(key.to_string(), ());
                 Authn::User(user)
             }
             _ => {
@@ -344,7 +360,8 @@ impl Delegate {
         if let Some(hit) = self.cached_decision(key) {
             return hit;
         }
-        let Some(_slot) = self.gate.enter().await else {
+        let known = self.known.get(key).is_some();
+        let Some(_slot) = self.gate.enter(known).await else {
             return Authz::Overloaded;
         };
         let review = SubjectAccessReview {
@@ -367,6 +384,7 @@ impl Delegate {
         };
         if status.allowed && status.denied != Some(true) {
             self.allowed.put(key.to_string(), ());
+            self.known.put(key.to_string(), ());
             return Authz::Allowed;
         }
         let why = status

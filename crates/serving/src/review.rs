@@ -4,7 +4,9 @@
 //!
 //! * [`Gate`]: at most [`MAX_REVIEWS`] reviews in flight; a request waits at
 //!   most [`REVIEW_WAIT`] for one, and at most [`MAX_WAITING`] wait (the
-//!   rest, and those that waited too long, get 429 at once);
+//!   rest, and those that waited too long, get 429 at once). [`RESERVED`]
+//!   more are kept for tokens and decisions that passed before, so a
+//!   scraper is not queued behind a flood of unknown tokens;
 //! * [`Flights`]: concurrent requests needing the same review (same token,
 //!   same user and path) share one call (single-flight, as k8s.io/apiserver's
 //!   cached token authenticator). A request that goes away mid-review hands
@@ -21,6 +23,8 @@ use tokio::sync::{OnceCell, Semaphore, SemaphorePermit};
 
 /// Reviews in flight at most (TokenReviews and SubjectAccessReviews).
 pub const MAX_REVIEWS: usize = 32;
+/// Extra slots only for reviews of what passed before.
+pub const RESERVED: usize = 4;
 /// Requests waiting for a review slot at most.
 pub const MAX_WAITING: usize = 1024;
 /// How long a request waits for a review slot.
@@ -28,6 +32,7 @@ pub const REVIEW_WAIT: Duration = Duration::from_secs(2);
 
 pub struct Gate {
     permits: Semaphore,
+    reserved: Semaphore,
     waiting: AtomicUsize,
 }
 
@@ -44,6 +49,7 @@ impl Default for Gate {
     fn default() -> Self {
         Gate {
             permits: Semaphore::new(MAX_REVIEWS),
+            reserved: Semaphore::new(RESERVED),
             waiting: AtomicUsize::new(0),
         }
     }
@@ -51,9 +57,13 @@ impl Default for Gate {
 
 impl Gate {
     /// A review slot, or `None` when too many are waiting or the wait
-    /// passed [`REVIEW_WAIT`].
-    pub async fn enter(&self) -> Option<SemaphorePermit<'_>> {
+    /// passed [`REVIEW_WAIT`]. `known`: what is reviewed passed before, and
+    /// may take a reserved slot.
+    pub async fn enter(&self, known: bool) -> Option<SemaphorePermit<'_>> {
         if let Ok(p) = self.permits.try_acquire() {
+            return Some(p);
+        }
+        if known && let Ok(p) = self.reserved.try_acquire() {
             return Some(p);
         }
         if self.waiting.fetch_add(1, Ordering::Relaxed) >= MAX_WAITING {
@@ -174,12 +184,17 @@ mod tests {
         let gate = Gate::default();
         let mut held = Vec::new();
         for _ in 0..MAX_REVIEWS {
-            held.push(gate.enter().await.expect("free slot"));
+            held.push(gate.enter(false).await.expect("free slot"));
         }
         // Full: a waiter gives up after REVIEW_WAIT.
-        assert!(gate.enter().await.is_none());
+        assert!(gate.enter(false).await.is_none());
         assert_eq!(gate.waiting.load(Ordering::Relaxed), 0);
-        held.pop();
-        assert!(gate.enter().await.is_some());
+        // What passed before still has the reserved slots.
+        for _ in 0..RESERVED {
+            held.push(gate.enter(true).await.expect("reserved slot"));
+        }
+        assert!(gate.enter(true).await.is_none());
+        held.clear();
+        assert!(gate.enter(false).await.is_some());
     }
 }
