@@ -120,7 +120,7 @@ fn gates_default_and_lock_as_the_emulated_minor_had_them() {
     }
     let g = FeatureGates::parse_at(
         e32,
-        "JobSuccessPolicy=false,JobBackoffLimitPerIndex=false,JobPodReplacementPolicy=false,JobManagedBy=false",
+        "JobSuccessPolicy=false,JobBackoffLimitPerIndex=false,JobManagedBy=false",
     )
     .expect("all beta in 1.32");
     assert!(!g.enabled(Feature::JobSuccessPolicy) && !g.enabled(Feature::JobManagedBy));
@@ -141,6 +141,12 @@ fn gates_default_and_lock_as_the_emulated_minor_had_them() {
         err(at(34, 33), "JobBackoffLimitPerIndex=false"),
         "cannot set feature gate JobBackoffLimitPerIndex to false, feature is locked to true"
     );
+    // kcm-rs has no path for terminal conditions without the interim ones.
+    assert!(
+        err(e32, "JobManagedBy=false,JobPodReplacementPolicy=false")
+            .starts_with("kcm-rs does not implement JobManagedBy=false together with")
+    );
+    assert!(FeatureGates::parse_at(at(34, 31), "JobPodReplacementPolicy=false").is_err());
     // 1.35 emulating 1.34: JobManagedBy beta again, so it may be turned off.
     assert!(FeatureGates::parse_at(at(35, 34), "JobManagedBy=false").is_ok());
     assert!(FeatureGates::parse_at(at(35, 35), "JobManagedBy=false").is_err());

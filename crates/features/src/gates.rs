@@ -55,6 +55,14 @@ pub enum FeatureGateError {
     },
     #[error("component not registered: {0}")]
     Component(String),
+    /// Both off, upstream's Job controller writes `Failed` and `Complete`
+    /// without the interim conditions: a path kcm-rs does not implement.
+    #[error(
+        "kcm-rs does not implement JobManagedBy=false together with JobPodReplacementPolicy=false \
+         (upstream then finishes Jobs without FailureTarget or SuccessCriteriaMet first); \
+         turn one of them on"
+    )]
+    UndelayedTerminalConditions,
     #[error(
         "set kube feature gates with default empty prefix or kube: prefix consistently, do not mix use"
     )]
@@ -250,7 +258,11 @@ impl FeatureGates {
                 });
             }
         }
-        FeatureGateError::join(errs).map(|()| self)
+        FeatureGateError::join(errs)?;
+        if !self.enabled(Feature::JobManagedBy) && !self.enabled(Feature::JobPodReplacementPolicy) {
+            return Err(FeatureGateError::UndelayedTerminalConditions);
+        }
+        Ok(self)
     }
 
     /// The same settings read as another minor's, unchecked (tests that

@@ -231,7 +231,10 @@ impl<P: JobPort> JobController<P> {
                 .as_ref()
                 .and_then(|s| s.pod_replacement_policy.as_deref())
                 == Some("Failed");
-        let reason = if per_failed && ctx.failed > 0 {
+        // Without JobPodReplacementPolicy upstream counts every creation as new.
+        let reason = if !ctx.config.pod_replacement_policy {
+            "new"
+        } else if per_failed && ctx.failed > 0 {
             "recreate_failed"
         } else if ctx.failed > 0 || ctx.terminating > 0 {
             "recreate_terminating_or_failed"

@@ -78,7 +78,10 @@ impl<P: JobPort> JobController<P> {
             .and_then(|j| j.metadata.uid.clone())
             .unwrap_or_default();
         let marked_finished = self.finished_jobs.lock().contains(&uid);
-        let shared = match (guard(shared.as_deref(), marked_finished), shared) {
+        let shared = match (
+            guard(shared.as_deref(), marked_finished, &self.config),
+            shared,
+        ) {
             (Guard::Sync, Some(job)) => job,
             (Guard::Gone, _) => {
                 self.rw.forget(key, None);

@@ -10,11 +10,10 @@ use std::sync::Arc;
 use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use kcm_pod::CachedPod;
 
+use super::Config;
 use super::{JobCtx, JobEvent};
 use crate::indexes::OrderedIntervals;
-use crate::pods::{
-    completions, controller_of, is_finished, is_indexed, managed_by_other, unknown_completion_mode,
-};
+use crate::pods::{completions, controller_of, is_finished, is_indexed, unknown_completion_mode};
 
 /// Whether a Job is synced at all (upstream syncJob's early returns).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,11 +33,11 @@ pub enum Guard {
 
 /// The guard for `job` (None: not in the cache); `marked_finished` says
 /// whether we wrote its terminal condition and wait for the update.
-pub fn guard(job: Option<&Job>, marked_finished: bool) -> Guard {
+pub fn guard(job: Option<&Job>, marked_finished: bool, config: &Config) -> Guard {
     let Some(job) = job else {
         return Guard::Gone;
     };
-    if managed_by_other(job).is_some() {
+    if config.managed_elsewhere(job).is_some() {
         return Guard::ManagedElsewhere;
     }
     if is_finished(job) {
@@ -115,15 +114,17 @@ pub fn claim(job: &Job, owned: Vec<Arc<CachedPod>>, orphans: Vec<Arc<CachedPod>>
 /// status; true when they (or suspension) changed, so the status must be
 /// written even if nothing else did.
 pub fn set_counts(ctx: &mut JobCtx) -> bool {
+    // Without JobPodReplacementPolicy upstream writes no terminating count.
+    let terminating = ctx.config.pod_replacement_policy.then_some(ctx.terminating);
     let status = ctx.job.status.get_or_insert_with(JobStatus::default);
     let changed = ctx.suspend_changed
         || ctx.active != status.active.unwrap_or(0)
         || Some(ctx.ready) != status.ready
-        || Some(ctx.terminating) != status.terminating;
+        || terminating != status.terminating;
     // Counters as the API stores them: int32 omitempty, so 0 is absent.
     status.active = (ctx.active != 0).then_some(ctx.active);
     status.ready = Some(ctx.ready);
-    status.terminating = Some(ctx.terminating);
+    status.terminating = terminating;
     changed
 }
 

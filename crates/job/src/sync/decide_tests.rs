@@ -23,22 +23,41 @@ fn selecting(mut j: Job) -> Job {
 }
 
 #[test]
+fn managed_by_counts_only_with_its_gate() {
+    let other = job(json!({"managedBy": "example.com/other"}));
+    let off = Config {
+        managed_by: false,
+        ..Config::default()
+    };
+    assert_eq!(guard(Some(&other), false, &off), Guard::Sync);
+}
+
+#[test]
 fn guards_in_upstream_order() {
-    assert_eq!(guard(None, false), Guard::Gone);
+    assert_eq!(guard(None, false, &Config::default()), Guard::Gone);
     let mut other = job(json!({"managedBy": "example.com/other"}));
     other.status =
         serde_json::from_value(json!({"conditions": [{"type": "Complete", "status": "True"}]}))
             .ok();
-    assert_eq!(guard(Some(&other), true), Guard::ManagedElsewhere);
+    assert_eq!(
+        guard(Some(&other), true, &Config::default()),
+        Guard::ManagedElsewhere
+    );
     let mut done = job(json!({}));
     done.status = other.status.clone();
-    assert_eq!(guard(Some(&done), true), Guard::Finished);
+    assert_eq!(
+        guard(Some(&done), true, &Config::default()),
+        Guard::Finished
+    );
     let plain = job(json!({}));
-    assert_eq!(guard(Some(&plain), true), Guard::AwaitingFinishedUpdate);
-    assert_eq!(guard(Some(&plain), false), Guard::Sync);
+    assert_eq!(
+        guard(Some(&plain), true, &Config::default()),
+        Guard::AwaitingFinishedUpdate
+    );
+    assert_eq!(guard(Some(&plain), false, &Config::default()), Guard::Sync);
     let odd = job(json!({"completionMode": "Sometimes"}));
     assert!(matches!(
-        guard(Some(&odd), false),
+        guard(Some(&odd), false, &Config::default()),
         Guard::UnknownCompletionMode(e) if e.warning && e.reason == "UnknownCompletionMode"
     ));
 }

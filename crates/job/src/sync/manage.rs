@@ -275,11 +275,21 @@ pub fn apply_outcome(ctx: &mut JobCtx, work: &PodWork, outcome: Outcome) {
         Some(c) => ctx.succeeded >= c && ctx.active == 0,
     };
     if complete {
+        // Upstream's newSuccessCondition gives no reason or message
+        // without JobSuccessPolicy.
+        let (reason, message) = if ctx.config.success_policy {
+            (
+                REASON_COMPLETIONS_REACHED,
+                "Reached expected number of succeeded pods",
+            )
+        } else {
+            ("", "")
+        };
         ctx.finished = Some(new_job_condition(
             "SuccessCriteriaMet",
             "True",
-            REASON_COMPLETIONS_REACHED,
-            "Reached expected number of succeeded pods",
+            reason,
+            message,
             ctx.now,
         ));
         return;

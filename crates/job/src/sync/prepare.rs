@@ -66,7 +66,7 @@ fn failure(type_: &str, reason: &str, message: &str, now: jiff::Timestamp) -> Jo
 /// Stage 1: everything `syncJob` computes before it acts on pods.
 pub fn prepare(input: Input) -> JobCtx {
     let Input {
-        mut job,
+        job,
         pods,
         satisfied,
         expected_rm_finalizers,
@@ -74,6 +74,7 @@ pub fn prepare(input: Input) -> JobCtx {
         now,
         config,
     } = input;
+    let mut job = config.view(job);
     let status = job.status.get_or_insert_with(Default::default);
     let uncounted = status
         .uncounted_terminated_pods

@@ -8,13 +8,23 @@
 //! | suspending clears `status.startTime` | 1.35 (off), 1.36 (on) | `MutableSchedulingDirectivesForSuspendedJobs` |
 //! | read-your-writes check before a sync (`controller::consistency`) | 1.36 | `StaleControllerConsistencyJob` |
 //!
+//! Gates off only under `--emulated-version` (or, for `JobManagedBy`, on
+//! 1.34), each as upstream's `feature.DefaultFeatureGate.Enabled` sites:
+//! mostly the Job's field is ignored ([`Config::view`]); the rest are
+//! read where they act (`JobSuccessPolicy`: no reason or message on the
+//! completions-reached condition; `JobPodReplacementPolicy`: no
+//! `status.terminating`, pod creations counted as `new`).
+//!
 //! What kcm-rs does the newer way on every minor (listed deviations in the
 //! README): `status.active` while creation waits for back-off (1.36), the
 //! per-pod retry of a failed finalizer removal in the sweep and the
 //! expectations cleared on Job delete (1.37). Gate removals (1.37) change
 //! nothing at the defaults.
 
+use k8s_openapi::api::batch::v1::Job;
 use kcm_features::{Feature, FeatureGates};
+
+use crate::pods::managed_by_other;
 
 /// Options that change decisions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +36,17 @@ pub struct Config {
     /// Skip a sync until the informers have seen the controller's own last
     /// writes for the Job (job_controller_stale_sync_skips_total).
     pub read_your_writes: bool,
+    /// `JobManagedBy`: off means `spec.managedBy` is ignored (every Job is
+    /// synced).
+    pub managed_by: bool,
+    /// `JobSuccessPolicy`: off means `spec.successPolicy` is ignored.
+    pub success_policy: bool,
+    /// `JobBackoffLimitPerIndex`: off means `spec.backoffLimitPerIndex`
+    /// is ignored and `FailIndex` rules never decide.
+    pub backoff_limit_per_index: bool,
+    /// `JobPodReplacementPolicy`: off means `spec.podReplacementPolicy` is
+    /// ignored and `status.terminating` is not written.
+    pub pod_replacement_policy: bool,
 }
 
 impl Config {
@@ -36,9 +57,59 @@ impl Config {
             clear_start_time_on_suspend: gates
                 .enabled(Feature::MutableSchedulingDirectivesForSuspendedJobs),
             read_your_writes: gates.enabled(Feature::StaleControllerConsistencyJob),
+            managed_by: gates.enabled(Feature::JobManagedBy),
+            success_policy: gates.enabled(Feature::JobSuccessPolicy),
+            backoff_limit_per_index: gates.enabled(Feature::JobBackoffLimitPerIndex),
+            pod_replacement_policy: gates.enabled(Feature::JobPodReplacementPolicy),
         }
     }
+
+    /// The controller named in `spec.managedBy` when it is not this one
+    /// and the gate makes the field count (upstream
+    /// `managedByExternalController`).
+    pub fn managed_elsewhere<'a>(&self, job: &'a Job) -> Option<&'a str> {
+        managed_by_other(job).filter(|_| self.managed_by)
+    }
+
+    /// The Job as the sync reads it: the fields of gates that are off
+    /// cleared, as upstream's checks treat them (`hasBackoffLimitPerIndex`,
+    /// `matchSuccessPolicy`, `onlyReplaceFailedPods` and
+    /// `managedByExternalController` all test gate and field together).
+    /// Only the status of this copy is written, so the stored spec stays.
+    pub fn view(&self, mut job: Job) -> Job {
+        let Some(spec) = job.spec.as_mut() else {
+            return job;
+        };
+        if !self.managed_by {
+            spec.managed_by = None;
+        }
+        if !self.success_policy {
+            spec.success_policy = None;
+        }
+        if !self.pod_replacement_policy {
+            spec.pod_replacement_policy = None;
+        }
+        if !self.backoff_limit_per_index {
+            spec.backoff_limit_per_index = None;
+            spec.max_failed_indexes = None;
+            // Upstream's matcher passes over a matching FailIndex rule with
+            // the gate off, as over an action it does not know; an unknown
+            // action keeps every later rule at its index.
+            if let Some(policy) = spec.pod_failure_policy.as_mut() {
+                for rule in &mut policy.rules {
+                    if rule.action == "FailIndex" {
+                        rule.action = GATED_FAIL_INDEX.into();
+                    }
+                }
+            }
+        }
+        job
+    }
 }
+
+/// The action a `FailIndex` rule reads as with `JobBackoffLimitPerIndex`
+/// off: none the matcher knows.
+pub const GATED_FAIL_INDEX: &str = "FailIndex (JobBackoffLimitPerIndex off)";
 
 impl Default for Config {
     /// The oldest supported minor at its defaults.
@@ -72,5 +143,45 @@ mod tests {
         .expect("gates");
         assert!(Config::new(&on35).clear_start_time_on_suspend);
         assert!(Config::default().pod_failure_policy);
+    }
+
+    #[test]
+    fn gates_off_hide_their_fields() {
+        let job: Job = serde_json::from_value(serde_json::json!({"spec": {
+            "template": {},
+            "managedBy": "example.com/other",
+            "successPolicy": {"rules": [{"succeededCount": 1}]},
+            "backoffLimitPerIndex": 1, "maxFailedIndexes": 1,
+            "podReplacementPolicy": "Failed",
+            "podFailurePolicy": {"rules": [
+                {"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [3]}},
+                {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [4]}}
+            ]}
+        }}))
+        .expect("job");
+        let on = Config::default();
+        assert_eq!(on.view(job.clone()), job);
+        assert_eq!(on.managed_elsewhere(&job), Some("example.com/other"));
+        let e32 = kcm_features::Emulation::new(KubeVersion::OLDEST, 32).expect("e");
+        let off = FeatureGates::parse_at(
+            e32,
+            "JobManagedBy=false,JobSuccessPolicy=false,JobBackoffLimitPerIndex=false",
+        )
+        .expect("gates")
+        .with(Feature::JobPodReplacementPolicy, false);
+        let off = Config::new(&off);
+        assert_eq!(off.managed_elsewhere(&job), None);
+        let spec = off.view(job).spec.expect("spec");
+        assert!(spec.managed_by.is_none() && spec.success_policy.is_none());
+        assert!(spec.backoff_limit_per_index.is_none() && spec.max_failed_indexes.is_none());
+        assert!(spec.pod_replacement_policy.is_none());
+        let actions: Vec<String> = spec
+            .pod_failure_policy
+            .expect("kept")
+            .rules
+            .into_iter()
+            .map(|r| r.action)
+            .collect();
+        assert_eq!(actions, [GATED_FAIL_INDEX, "FailJob"]);
     }
 }
