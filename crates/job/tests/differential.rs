@@ -10,6 +10,8 @@ mod support;
 // d12-d24 are the shared scenarios the e2e suite also plays (scenarios.rs).
 #[path = "differential/cleanup.rs"]
 mod cleanup;
+#[path = "differential/gates.rs"]
+mod gates;
 #[path = "differential/scenarios.rs"]
 mod scenarios;
 #[path = "differential/versions.rs"]
@@ -39,9 +41,32 @@ type Result_ = (
     Vec<String>,
 );
 
+/// `--emulated-version` and `--feature-gates` given to both controllers.
+#[derive(Clone, Copy, Default)]
+struct Gated {
+    emulated: Option<u32>,
+    gates: &'static str,
+}
+
 async fn run(upstream: bool, spec: serde_json::Value, kubelet: Kubelet) -> Result_ {
+    run_gated(upstream, Gated::default(), spec, kubelet).await
+}
+
+async fn run_gated(
+    upstream: bool,
+    gated: Gated,
+    spec: serde_json::Value,
+    kubelet: Kubelet,
+) -> Result_ {
     let cp = ControlPlane::start().expect("cp");
-    let _c = start(&cp, upstream, FeatureGates::default()).await;
+    let mut flags = vec![format!("--feature-gates={}", gated.gates)];
+    let mut gates = FeatureGates::parse(gated.gates).expect("gates");
+    if let Some(minor) = gated.emulated {
+        flags.push(format!("--emulated-version=1.{minor}"));
+        gates = gates.emulating(minor);
+    }
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let _c = start_with(&cp, upstream, gates, &flags).await;
     let client = cp.client().await.expect("client");
     let ns = TestNamespace::create(&client, "diff").await.expect("ns");
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
@@ -63,7 +88,14 @@ async fn run(upstream: bool, spec: serde_json::Value, kubelet: Kubelet) -> Resul
 }
 
 async fn compare(spec: serde_json::Value, kubelet: Kubelet) -> Outcome {
-    let (theirs, ours) = tokio::join!(run(true, spec.clone(), kubelet), run(false, spec, kubelet));
+    compare_gated(Gated::default(), spec, kubelet).await
+}
+
+async fn compare_gated(gated: Gated, spec: serde_json::Value, kubelet: Kubelet) -> Outcome {
+    let (theirs, ours) = tokio::join!(
+        run_gated(true, gated, spec.clone(), kubelet),
+        run_gated(false, gated, spec, kubelet)
+    );
     assert_eq!(ours.0, theirs.0, "kcm-rs (left) vs upstream (right)");
     assert_eq!(
         ours.1, theirs.1,

@@ -45,9 +45,20 @@ pub enum Controller {
 }
 
 pub async fn start(cp: &ControlPlane, upstream: bool, gates: FeatureGates) -> Controller {
+    start_with(cp, upstream, gates, &[]).await
+}
+
+/// [`start`] with flags for upstream KCM (`--emulated-version`,
+/// `--feature-gates`) that `gates` says the same way to kcm-rs.
+pub async fn start_with(
+    cp: &ControlPlane,
+    upstream: bool,
+    gates: FeatureGates,
+    upstream_flags: &[&str],
+) -> Controller {
     if upstream {
         Controller::Upstream(
-            UpstreamKcm::start(cp, &["job-controller"], &[]).expect("upstream KCM"),
+            UpstreamKcm::start(cp, &["job-controller"], upstream_flags).expect("upstream KCM"),
         )
     } else {
         Controller::Ours(
@@ -80,6 +91,8 @@ pub struct Outcome {
     pub active: i32,
     pub ready: i32,
     pub terminating: i32,
+    /// `status.terminating` written at all (not with JobPodReplacementPolicy off).
+    pub terminating_set: bool,
     pub completed_indexes: String,
     pub failed_indexes: Option<String>,
     /// (type, status, reason, message) in order.
@@ -96,6 +109,7 @@ pub fn outcome(job: &Job) -> Outcome {
         active: s.active.unwrap_or(0),
         ready: s.ready.unwrap_or(0),
         terminating: s.terminating.unwrap_or(0),
+        terminating_set: s.terminating.is_some(),
         completed_indexes: s.completed_indexes.unwrap_or_default(),
         failed_indexes: s.failed_indexes,
         conditions: s

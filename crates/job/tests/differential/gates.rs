@@ -1,0 +1,127 @@
+//! Job feature gates turned off as upstream's integration tests run KCM:
+//! `--emulated-version` of an older minor, where the gate was still beta,
+//! and `--feature-gates=X=false`, the same flags to upstream KCM and to
+//! kcm-rs, on the default API server of the suite's minor (which keeps the
+//! Job's fields, so only the controllers ignore them). A scenario is skipped
+//! on a minor whose KCM cannot take its flags (kcm-rs's parse of them
+//! stands in for upstream's refusal).
+
+use kcm_features::{Emulation, FeatureGates, KubeVersion};
+use serde_json::json;
+
+use crate::support::script::index;
+use crate::{Gated, compare_gated};
+
+/// Whether KCM of the suite's minor takes `gated`'s flags.
+fn runs(gated: Gated) -> bool {
+    let minor = kcm_e2e::binaries::k8s_minor();
+    let accepted = KubeVersion::new(minor)
+        .and_then(|b| Emulation::new(b, gated.emulated.unwrap_or(minor)))
+        .map_err(|e| e.to_string())
+        .and_then(|e| FeatureGates::parse_at(e, gated.gates).map_err(|e| e.to_string()));
+    if let Err(e) = &accepted {
+        eprintln!("skipped on 1.{minor}: {e}");
+    }
+    accepted.is_ok()
+}
+
+/// Index 0 succeeds; indexes 1 and 2 fail once, then succeed.
+fn others_fail_once(p: &k8s_openapi::api::core::v1::Pod, n: usize) -> Option<i32> {
+    Some(if index(p) != 0 && n < 3 { 1 } else { 0 })
+}
+
+#[tokio::test]
+async fn d33_success_policy_ignored_with_its_gate_off() {
+    let gated = Gated {
+        emulated: Some(32),
+        gates: "JobSuccessPolicy=false",
+    };
+    if !runs(gated) {
+        return;
+    }
+    // With the gate on, index 0 alone would end the Job (SuccessPolicy).
+    let o = compare_gated(
+        gated,
+        json!({"completions": 3, "parallelism": 3, "completionMode": "Indexed",
+               "successPolicy": {"rules": [{"succeededIndexes": "0"}]}}),
+        others_fail_once,
+    )
+    .await;
+    assert_eq!((o.succeeded, o.failed), (3, 2), "{o:?}");
+    assert_eq!(o.completed_indexes, "0-2");
+    // No reason or message without the gate (newSuccessCondition).
+    let last = o.conditions.last().cloned().unwrap_or_default();
+    assert_eq!(
+        (last.0.as_str(), last.2.as_str()),
+        ("Complete", ""),
+        "{o:?}"
+    );
+}
+
+#[tokio::test]
+async fn d34_backoff_limit_per_index_ignored_with_its_gate_off() {
+    let gated = Gated {
+        emulated: Some(32),
+        gates: "JobBackoffLimitPerIndex=false",
+    };
+    if !runs(gated) {
+        return;
+    }
+    // With the gate on, index 1's one failure would fail the Job
+    // (FailedIndexes); off, the Job-wide backoffLimit (defaulted to MaxInt32
+    // with backoffLimitPerIndex set) lets it retry.
+    let o = compare_gated(
+        gated,
+        json!({"completions": 3, "parallelism": 3, "completionMode": "Indexed",
+        "backoffLimitPerIndex": 0,
+        "podFailurePolicy": {"rules": [
+            {"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [1]}},
+            {"action": "Count", "onExitCodes": {"operator": "In", "values": [1]}}
+        ]}}),
+        others_fail_once,
+    )
+    .await;
+    assert_eq!((o.succeeded, o.failed), (3, 2), "{o:?}");
+    assert_eq!(o.failed_indexes, None);
+    assert_eq!(o.conditions.last().map(|c| c.0.as_str()), Some("Complete"));
+}
+
+#[tokio::test]
+async fn d35_pod_replacement_policy_ignored_with_its_gate_off() {
+    let gated = Gated {
+        emulated: Some(32),
+        gates: "JobPodReplacementPolicy=false",
+    };
+    if !runs(gated) {
+        return;
+    }
+    let o = compare_gated(
+        gated,
+        json!({"completions": 2, "parallelism": 2, "podReplacementPolicy": "Failed"}),
+        |_, n| Some(if n == 0 { 1 } else { 0 }),
+    )
+    .await;
+    assert_eq!((o.succeeded, o.failed), (2, 1), "{o:?}");
+    assert!(!o.terminating_set, "no status.terminating: {o:?}");
+}
+
+#[tokio::test]
+async fn d36_managed_by_ignored_with_its_gate_off() {
+    // JobManagedBy is beta in 1.34, so every supported KCM takes it off
+    // when emulating 1.34.
+    let gated = Gated {
+        emulated: Some(34),
+        gates: "JobManagedBy=false",
+    };
+    if !runs(gated) {
+        return;
+    }
+    let o = compare_gated(
+        gated,
+        json!({"completions": 2, "parallelism": 2, "managedBy": "example.com/other"}),
+        |_, _| Some(0),
+    )
+    .await;
+    assert_eq!(o.succeeded, 2);
+    assert_eq!(o.conditions.last().map(|c| c.0.as_str()), Some("Complete"));
+}
