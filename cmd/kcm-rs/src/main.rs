@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use kcm_features::{FeatureGates, KubeVersion};
+use kcm_features::{Emulation, FeatureGates};
 use kcm_runtime::client::identity::{self, TokenSource};
 use kcm_runtime::client::{ClientOptions, Fence, build_client};
 use kcm_runtime::controller::{self, ControllerContext, ControllerSpec};
@@ -60,30 +60,15 @@ async fn kube_config(flags: &Flags) -> Result<kube::Config, Failure> {
     Ok(config)
 }
 
-/// The minor whose KCM kcm-rs behaves as: `--emulated-version`, else the
-/// API server's own (refused outside 1.34–1.37 or when unreadable).
-fn behave_as(flag: Option<&str>, server: &str) -> Result<KubeVersion, Failure> {
-    let from_server = KubeVersion::from_git_version(server);
-    let Some(flag) = flag else {
-        return from_server.map_err(|e| {
-            Failure::User(format!(
-                "API server version {server:?}: {e}; set --emulated-version=1.N (1.34 to 1.37) \
-                 to run as that version's kube-controller-manager anyway"
-            ))
-        });
-    };
-    let v = KubeVersion::from_flag(flag)
-        .map_err(|e| Failure::User(format!("--emulated-version={flag}: {e}")))?;
-    match from_server {
-        // KCM's skew policy: at most one minor older than the API server.
-        Ok(s) if s < v || s.minor() > v.minor() + 1 => tracing::warn!(
-            server, emulated = %v,
-            "outside KCM's version skew (at most one minor older than the API server, never newer)"
-        ),
-        Err(e) => tracing::warn!(server, emulated = %v, "{e}; behaving as --emulated-version says"),
-        Ok(_) => {}
+/// The KCM kcm-rs behaves as (the API server's minor) and the version its
+/// gates are evaluated at (`--emulated-version`, down to that KCM's floor);
+/// see `Emulation::choose` for kcm-rs's override beyond that.
+fn behave_as(flag: Option<&str>, server: &str) -> Result<Emulation, Failure> {
+    let chosen = Emulation::choose(flag, server).map_err(|e| Failure::User(e.to_string()))?;
+    if let Some(w) = chosen.warning {
+        tracing::warn!(server, emulated = %chosen.emulation, "{w}");
     }
-    Ok(v)
+    Ok(chosen.emulation)
 }
 
 fn identity() -> String {
@@ -226,11 +211,19 @@ async fn run(
     let version = kubeconfig::probe(&probe, &url)
         .await
         .map_err(Failure::User)?;
-    let behaves_as = behave_as(flags.emulated_version.as_deref(), &version)?;
-    tracing::info!(server = %url, %version, kcm_version = %behaves_as, "connected");
+    let emulation = behave_as(flags.emulated_version.as_deref(), &version)?;
+    let behaves_as = emulation.binary();
+    tracing::info!(server = %url, %version, kcm_version = %behaves_as, emulated_version = %emulation, "connected");
     let gates = gates
-        .resolve(behaves_as)
+        .resolve_at(emulation)
         .map_err(|e| Failure::User(format!("--feature-gates: {e}")))?;
+    for (gate, value) in gates.emulation_deviations() {
+        tracing::warn!(
+            %gate, value,
+            "kcm-rs implements {gate} only as {value}; kube-controller-manager {behaves_as} emulating {emulation} defaults it to {}",
+            !value
+        );
+    }
     let ignored = gates.ignored();
     if !ignored.is_empty() {
         tracing::info!(
