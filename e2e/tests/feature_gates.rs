@@ -19,7 +19,6 @@ use kcm_features::{FeatureGates, KubeVersion};
 fn deviation(minor: u32, gates: &str) -> Option<&'static str> {
     match (minor, gates) {
         (_, "JobPodFailurePolicy=false") => Some("kcm-rs's own gate"),
-        (34, "JobManagedBy=false") => Some("implemented only at its default"),
         (36 | 37, "WorkloadWithJob=true,GenericWorkload=true") => {
             Some("implemented only at its default")
         }
