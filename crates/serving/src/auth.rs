@@ -135,6 +135,8 @@ impl<V: Clone> Ttl<V> {
 pub struct Metrics {
     pub authn: IntCounterVec,
     pub authz: IntCounterVec,
+    /// The secure port's connections (`conn.rs`).
+    pub conns: crate::conn::ConnMetrics,
 }
 
 impl Metrics {
@@ -155,6 +157,7 @@ impl Metrics {
                 "apiserver_delegated_authz_request_total",
                 "Number of HTTP requests partitioned by status code.",
             ),
+            conns: crate::conn::ConnMetrics::register(registry),
         }
     }
 }
@@ -181,6 +184,12 @@ pub struct Delegate {
     decision_flights: Flights<Authz>,
     gate: Gate,
     metrics: Metrics,
+}
+
+impl Delegate {
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
 }
 
 /// A hash of `parts`, each length-prefixed so no two lists collide.

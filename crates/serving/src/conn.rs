@@ -9,10 +9,10 @@
 //! handshake has 10 s (Go: the header timeout, 32 s; stricter on purpose).
 //!
 //! At most [`MAX_CONNECTIONS`] are open. When full, a new connection closes
-//! the oldest one that is not inside a request (handshaking, sending
-//! headers, idle), so a crowd of half-open or idle connections cannot keep
-//! a scraper out; only when every one is inside a request is the new one
-//! refused.
+//! the oldest one that has sent nothing yet (half-open), else the oldest
+//! one not inside a request (handshaking, sending headers, idle), so a
+//! crowd of half-open or idle connections cannot keep a scraper out; only
+//! when every one is inside a request is the new one refused.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -46,6 +46,8 @@ pub struct ConnState {
     since_ms: AtomicU64,
     in_flight: AtomicUsize,
     h2: std::sync::atomic::AtomicBool,
+    /// Any byte arrived (a half-open connection has sent none).
+    received: std::sync::atomic::AtomicBool,
     epoch: Instant,
     /// Cancelled when the connection is evicted.
     pub evicted: CancellationToken,
@@ -58,6 +60,7 @@ impl ConnState {
             since_ms: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             h2: false.into(),
+            received: false.into(),
             epoch: Instant::now(),
             evicted: CancellationToken::new(),
         }
@@ -78,6 +81,7 @@ impl ConnState {
 
     /// Bytes arrived: on an idle HTTP/1 connection a request has begun.
     fn on_read(&self) {
+        self.received.store(true, Ordering::Relaxed);
         if !self.h2.load(Ordering::Relaxed) && self.phase.load(Ordering::Relaxed) == IDLE {
             self.set(HEADERS);
         }
@@ -118,9 +122,42 @@ impl Drop for Busy {
     }
 }
 
+/// `kcm_rs_secure_serving_connections` (open now) and
+/// `kcm_rs_secure_serving_connections_closed_total{reason}` (evicted,
+/// refused, and the timeouts).
+#[derive(Clone)]
+pub struct ConnMetrics {
+    pub open: prometheus::IntGauge,
+    pub closed: prometheus::IntCounterVec,
+}
+
+impl ConnMetrics {
+    pub fn register(registry: &prometheus::Registry) -> Self {
+        let open = prometheus::IntGauge::new(
+            "kcm_rs_secure_serving_connections",
+            "Connections open on the secure port.",
+        )
+        .expect("constant metric options are valid");
+        let closed = prometheus::IntCounterVec::new(
+            prometheus::Opts::new(
+                "kcm_rs_secure_serving_connections_closed_total",
+                "Connections the secure port closed, by reason: evicted (full, oldest \
+                 outside a request), refused (full, all inside requests), or a timeout.",
+            ),
+            &["reason"],
+        )
+        .expect("constant metric options are valid");
+        // A second server in one process (tests) shares the first's.
+        let _ = registry.register(Box::new(open.clone()));
+        let _ = registry.register(Box::new(closed.clone()));
+        ConnMetrics { open, closed }
+    }
+}
+
 /// The open connections, oldest first.
 pub struct Tracker {
     max: usize,
+    metrics: ConnMetrics,
     next: AtomicU64,
     conns: Mutex<BTreeMap<u64, Arc<ConnState>>>,
 }
@@ -134,14 +171,18 @@ pub struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.tracker.conns.lock().remove(&self.id);
+        let mut conns = self.tracker.conns.lock();
+        conns.remove(&self.id);
+        let open = i64::try_from(conns.len()).unwrap_or(i64::MAX);
+        self.tracker.metrics.open.set(open);
     }
 }
 
 impl Tracker {
-    pub fn new(max: usize) -> Arc<Self> {
+    pub fn new(max: usize, metrics: ConnMetrics) -> Arc<Self> {
         Arc::new(Tracker {
             max: max.max(1),
+            metrics,
             next: AtomicU64::new(0),
             conns: Mutex::new(BTreeMap::new()),
         })
@@ -152,18 +193,28 @@ impl Tracker {
     pub fn admit(self: &Arc<Self>) -> Option<Slot> {
         let mut conns = self.conns.lock();
         if conns.len() >= self.max {
+            let silent = |s: &ConnState| !s.received.load(Ordering::Relaxed);
             let oldest = conns
                 .iter()
-                .find(|(_, s)| s.evictable())
-                .map(|(id, _)| *id)?;
+                .find(|(_, s)| silent(s) && s.evictable())
+                .or_else(|| conns.iter().find(|(_, s)| s.evictable()))
+                .map(|(id, _)| *id);
+            let Some(oldest) = oldest else {
+                self.metrics.closed.with_label_values(&["refused"]).inc();
+                return None;
+            };
             if let Some(s) = conns.remove(&oldest) {
                 s.evicted.cancel();
+                self.metrics.closed.with_label_values(&["evicted"]).inc();
             }
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let state = Arc::new(ConnState::new());
         state.set(HANDSHAKE);
         conns.insert(id, Arc::clone(&state));
+        self.metrics
+            .open
+            .set(i64::try_from(conns.len()).unwrap_or(i64::MAX));
         Some(Slot {
             tracker: Arc::clone(self),
             id,
@@ -260,9 +311,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_tracker_evicts_the_oldest_idle_and_refuses_when_all_are_busy() {
-        let t = Tracker::new(2);
+        let t = Tracker::new(2, ConnMetrics::register(&prometheus::Registry::new()));
         let a = t.admit().expect("a");
         let b = t.admit().expect("b");
+        a.state.on_read();
+        b.state.on_read();
         let _busy = b.state.begin();
         let c = t.admit().expect("c evicts a");
         assert!(a.state.evicted.is_cancelled());
@@ -271,6 +324,18 @@ mod tests {
         assert!(t.admit().is_none(), "every connection is inside a request");
         drop(a);
         assert_eq!(t.open(), 2, "an evicted slot's drop frees nothing twice");
+        assert_eq!(t.metrics.closed.with_label_values(&["refused"]).get(), 1);
+    }
+
+    #[tokio::test]
+    async fn half_open_connections_go_first() {
+        let t = Tracker::new(2, ConnMetrics::register(&prometheus::Registry::new()));
+        let talking = t.admit().expect("talking");
+        talking.state.on_read();
+        let silent = t.admit().expect("silent");
+        let _new = t.admit().expect("new");
+        assert!(silent.state.evicted.is_cancelled());
+        assert!(!talking.state.evicted.is_cancelled());
     }
 
     #[tokio::test(start_paused = true)]

@@ -82,6 +82,22 @@ pub enum ServeError {
     },
 }
 
+/// The accept queue: Go listens with the kernel's maximum
+/// (`net.core.somaxconn`, 4096 on current kernels); std's 128 would drop
+/// a scraper's SYN (a 1 s retransmit) behind a burst of connections.
+const BACKLOG: u32 = 4096;
+
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
 /// A bound, configured server, not yet accepting.
 pub struct SecureServer {
     listener: tokio::net::TcpListener,
@@ -98,13 +114,12 @@ impl SecureServer {
         delegate: Delegate,
     ) -> Result<Self, ServeError> {
         let reloader = reload::Reloader::new(tls)?;
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| ServeError::Bind { addr, source })?;
+        let conns = delegate.metrics().conns.clone();
+        let listener = listen(addr).map_err(|source| ServeError::Bind { addr, source })?;
         Ok(SecureServer {
             listener,
             tls: Arc::new(reloader),
-            tracker: conn::Tracker::new(conn::MAX_CONNECTIONS),
+            tracker: conn::Tracker::new(conn::MAX_CONNECTIONS, conns),
             delegate: Arc::new(delegate),
         })
     }
@@ -115,13 +130,14 @@ impl SecureServer {
 
     /// At most `max` open connections (default [`conn::MAX_CONNECTIONS`]).
     pub fn with_max_connections(mut self, max: usize) -> Self {
-        self.tracker = conn::Tracker::new(max);
+        self.tracker = conn::Tracker::new(max, self.delegate.metrics().conns.clone());
         self
     }
 
     /// Serves `app` (every route behind the check) until `stop`, reloading
     /// the certificate files when they change.
     pub fn spawn(self, app: Router, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        let conns = self.delegate.metrics().conns.clone();
         let app = server::guarded(app, self.delegate);
         Arc::clone(&self.tls).spawn_poll(stop.clone());
         tokio::spawn(server::run(
@@ -129,6 +145,7 @@ impl SecureServer {
             self.tls,
             self.tracker,
             app,
+            conns,
             stop,
         ))
     }

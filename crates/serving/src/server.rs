@@ -123,6 +123,7 @@ pub async fn run(
     tls: Arc<Reloader>,
     tracker: Arc<Tracker>,
     app: Router,
+    conn_metrics: crate::conn::ConnMetrics,
     stop: CancellationToken,
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -145,6 +146,7 @@ pub async fn run(
         };
         let built = tls.current();
         let app = app.clone();
+        let closed = conn_metrics.closed.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let state = Arc::clone(&slot.state);
@@ -157,7 +159,12 @@ pub async fn run(
             } {
                 Some(Ok(s)) => s,
                 Some(Err(e)) => return log_cut(peer, &format!("TLS handshake: {e}")),
-                None => return log_cut(peer, "TLS handshake: timed out or evicted"),
+                None => {
+                    if !state.evicted.is_cancelled() {
+                        closed.with_label_values(&["handshake timeout"]).inc();
+                    }
+                    return log_cut(peer, "TLS handshake: timed out or evicted");
+                }
             };
             let conn = tls.get_ref().1;
             let h2 = conn.alpn_protocol() == Some(b"h2");
@@ -203,6 +210,9 @@ pub async fn run(
                 .serve_connection(TokioIo::new(tls), svc)
                 .into_owned();
             if let Some(why) = supervise(watcher.watch(conn), &state).await {
+                if why.ends_with("timeout") {
+                    closed.with_label_values(&[why]).inc();
+                }
                 log_cut(peer, why);
             }
             drop(slot);
