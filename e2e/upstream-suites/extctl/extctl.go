@@ -115,10 +115,16 @@ func NewController(tb testing.TB, cfg *restclient.Config, controller string, opt
 // Run starts the process (with `workers` concurrent syncs where the
 // controller has such a flag), blocks until ctx is done, then stops it. For
 // tests that run the in-process controller as `go c.Run(ctx)`.
+//
+// The test may end before the process is ready (it does not wait for a
+// controller it runs in a goroutine), so Run reports to the test only while
+// ctx is live: testing panics on a report after the test completed.
 func (c *Controller) Run(ctx context.Context, workers ...int) {
-	p, err := start(c.tb, c.cfg, c.controller, c.opts, workers)
+	p, err := start(c.tb, c.cfg, c.controller, c.opts, workers, ctx)
 	if err != nil {
-		c.tb.Error(err)
+		if ctx.Err() == nil {
+			c.tb.Error(err)
+		}
 		return
 	}
 	<-ctx.Done()
@@ -129,7 +135,7 @@ func (c *Controller) Run(ctx context.Context, workers ...int) {
 // when ctx is done or when the test ends.
 func (c *Controller) Start(ctx context.Context, workers ...int) *Process {
 	c.tb.Helper()
-	p, err := start(c.tb, c.cfg, c.controller, c.opts, workers)
+	p, err := start(c.tb, c.cfg, c.controller, c.opts, workers, nil)
 	if err != nil {
 		c.tb.Fatal(err)
 	}
@@ -290,7 +296,9 @@ func tail(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-func start(tb testing.TB, cfg *restclient.Config, controller string, opts []Option, workers []int) (*Process, error) {
+// start starts the process and waits until it is ready. With runCtx (Run),
+// it logs to the process's log file only and leaves stopping to the caller.
+func start(tb testing.TB, cfg *restclient.Config, controller string, opts []Option, workers []int, runCtx context.Context) (*Process, error) {
 	bin := os.Getenv("KCM_UNDER_TEST")
 	if bin == "" {
 		return nil, fmt.Errorf("extctl: KCM_UNDER_TEST is not set (the path of kcm-rs or of kube-controller-manager)")
@@ -387,22 +395,33 @@ func start(tb testing.TB, cfg *restclient.Config, controller string, opts []Opti
 		logFile.Close()
 		close(p.exited)
 	}()
-	tb.Logf("extctl: started %s %s (pid %d), log %s; flags: %s", kind, controller, cmd.Process.Pid, logPath, strings.Join(args, " "))
-	if err := p.waitReady(60 * time.Second); err != nil {
+	if runCtx == nil {
+		tb.Logf("extctl: started %s %s (pid %d), log %s; flags: %s", kind, controller, cmd.Process.Pid, logPath, strings.Join(args, " "))
+	}
+	var cancelled <-chan struct{}
+	if runCtx != nil {
+		cancelled = runCtx.Done()
+	}
+	if err := p.waitReady(60*time.Second, cancelled); err != nil {
 		p.Stop()
 		return nil, fmt.Errorf("extctl: %s %s did not become ready: %v\n--- last lines of %s:\n%s", kind, controller, err, logPath, tail(logPath, 25))
 	}
 	mu.Lock()
 	running[p] = true
 	mu.Unlock()
-	tb.Cleanup(p.Stop)
+	if runCtx == nil {
+		tb.Cleanup(p.Stop)
+	} else if runCtx.Err() != nil {
+		p.Stop()
+		return nil, runCtx.Err()
+	}
 	return p, nil
 }
 
 // waitReady waits for kcm-rs's /readyz (every informer synced), or for KCM's
 // /healthz and its "Caches are synced" log line (KCM has no readiness for
 // its informers).
-func (p *Process) waitReady(timeout time.Duration) error {
+func (p *Process) waitReady(timeout time.Duration, cancelled <-chan struct{}) error {
 	deadline := time.Now().Add(timeout)
 	path := "/readyz"
 	if p.kind == KindKCM {
@@ -413,6 +432,8 @@ func (p *Process) waitReady(timeout time.Duration) error {
 		select {
 		case <-p.exited:
 			return fmt.Errorf("the process exited (%v)", p.cmd.ProcessState)
+		case <-cancelled:
+			return fmt.Errorf("the test's context ended first")
 		default:
 		}
 		code, body, err := p.get(path)
