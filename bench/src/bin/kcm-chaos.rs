@@ -37,6 +37,11 @@ struct Args {
     /// How long a stalled answer is held.
     #[arg(long, default_value_t = 30)]
     stall_secs: u64,
+    /// Requests held before they reach the API server (then forwarded even
+    /// if kcm-rs was killed meanwhile), in seconds: `MIN-MAX`, or `0` for
+    /// none. One of the fault kinds drawn in the fault runs.
+    #[arg(long, default_value = "2-10")]
+    delay_secs: String,
     /// The runs besides the calm one (the reference the others are
     /// compared with): `kills`, `faults`, `combined` (kills and faults);
     /// `nocalm` skips the calm run and the comparison.
@@ -68,6 +73,22 @@ fn table(r: &ChaosReport) -> String {
     s
 }
 
+/// `MIN-MAX` seconds, or `0`: none.
+fn delay_range(s: &str) -> anyhow::Result<Option<(Duration, Duration)>> {
+    if s.trim() == "0" {
+        return Ok(None);
+    }
+    let (lo, hi) = s
+        .split_once('-')
+        .with_context(|| format!("--delay-secs {s:?}: MIN-MAX or 0"))?;
+    let (lo, hi): (u64, u64) = (
+        lo.trim().parse().context("--delay-secs MIN")?,
+        hi.trim().parse().context("--delay-secs MAX")?,
+    );
+    anyhow::ensure!(lo <= hi, "--delay-secs {s:?}: MIN above MAX");
+    Ok(Some((Duration::from_secs(lo), Duration::from_secs(hi))))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let a = Args::parse();
@@ -89,6 +110,7 @@ async fn main() -> anyhow::Result<()> {
             watch_rate: Some(a.watch_fault_rate),
             not_found_before: a.not_found_before,
             stall: Duration::from_secs(a.stall_secs),
+            delay: delay_range(&a.delay_secs)?,
             ..FaultSettings::default()
         }),
         ..calm_cfg.clone()
@@ -132,7 +154,7 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     let mut md = format!(
-        "# kcm-rs chaos run\n\nseed {}, scale {}, fault rate {:.0}% of requests ({:.0}% of watches), stall {} s\n\n\
+        "# kcm-rs chaos run\n\nseed {}, scale {}, fault rate {:.0}% of requests ({:.0}% of watches), stall {} s, delay {} s\n\n\
          | run | SIGKILLs | faults injected | kcm-rs requests (watches) | pods seen | requests per pod | \
          kcm-rs exits on its own | pods with DisruptionTarget | deletes by taint eviction and pod GC | wall time |\n\
          |---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
@@ -140,7 +162,8 @@ async fn main() -> anyhow::Result<()> {
         a.scale,
         a.fault_rate * 100.0,
         a.watch_fault_rate * 100.0,
-        a.stall_secs
+        a.stall_secs,
+        a.delay_secs
     );
     for (name, r) in &runs {
         md.push_str(&format!(

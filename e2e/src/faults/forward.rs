@@ -153,6 +153,30 @@ fn stream(body: Incoming, guard: Guard, cut_at: Option<tokio::time::Instant>) ->
     StreamBody::new(s).boxed_unsync()
 }
 
+/// Forwards `up` after `hold` from a task of its own, so the request lands
+/// even if its client is gone by then (killed, or gave up).
+async fn forward_later(
+    inner: Arc<Inner>,
+    id: usize,
+    up: Request<Full<Bytes>>,
+    hold: std::time::Duration,
+) -> Result<Response<Incoming>, String> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        tokio::time::sleep(hold).await;
+        inner.update(id, |r| r.forwarded = Some(SystemTime::now()));
+        let answer = inner.client.request(up).await.map_err(|e| e.to_string());
+        // Recorded here too: the client may be gone, and `handle` with it.
+        if let Ok(r) = &answer {
+            let status = r.status().as_u16();
+            inner.update(id, |rec| rec.status = Some(status));
+        }
+        let _ = tx.send(answer);
+    });
+    rx.await
+        .unwrap_or_else(|_| Err("the delayed request's task ended".into()))
+}
+
 async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Response<Out>, Infallible> {
     let (mut parts, body) = req.into_parts();
     let path = parts
@@ -232,8 +256,18 @@ async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Response<Ou
         }
     };
     let up = Request::from_parts(parts, Full::new(body));
-    inner.update(id, |r| r.forwarded = Some(SystemTime::now()));
-    let resp = match inner.client.request(up).await {
+    let sending = match injection {
+        Some(Injection {
+            fault: Fault::Delay,
+            hold,
+            ..
+        }) => forward_later(Arc::clone(&inner), id, up, hold).await,
+        _ => {
+            inner.update(id, |r| r.forwarded = Some(SystemTime::now()));
+            inner.client.request(up).await.map_err(|e| e.to_string())
+        }
+    };
+    let resp = match sending {
         Ok(r) => r,
         Err(e) => {
             let msg = format!("fault proxy: the API server did not answer: {e}");

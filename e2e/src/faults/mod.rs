@@ -21,6 +21,7 @@
 //! | stall | every request | the real answer, held for the stall duration (30 s by default) |
 //! | watch cut | watches | the stream dropped (no final chunk) after 0.5–5 s |
 //! | watch 410 | watches | 200, one `ERROR` event with a 410 `Expired` Status, end of stream |
+//! | delay | every request but watches, when [`FaultSettings::delay`] is set | the request held 2–10 s *before* it is forwarded, then forwarded even if the client is gone |
 //!
 //! Error answers to writes are injected half **before** forwarding (the
 //! write is not applied) and half **after** (forwarded, the real answer
@@ -84,6 +85,10 @@ pub struct FaultSettings {
     pub stall: Duration,
     /// Range of how long a watch runs before a [`Fault::WatchCut`].
     pub watch_cut: (Duration, Duration),
+    /// Range of how long a [`Fault::Delay`] holds a request before it is
+    /// forwarded; `None` (the default): no delay is drawn (scripts hold
+    /// for [`FaultProxy::set_delay`], 5 s unless set).
+    pub delay: Option<(Duration, Duration)>,
 }
 
 impl Default for FaultSettings {
@@ -96,6 +101,7 @@ impl Default for FaultSettings {
             not_found_before: false,
             stall: Duration::from_secs(30),
             watch_cut: (Duration::from_millis(500), Duration::from_secs(5)),
+            delay: None,
         }
     }
 }
@@ -170,6 +176,8 @@ struct Inner {
     client: forward::Upstream,
     planner: Mutex<plan::Planner>,
     stall: Mutex<Duration>,
+    /// How long a scripted [`Fault::Delay`] holds its request.
+    delay: Mutex<Duration>,
     records: Mutex<Vec<Record>>,
     cut: AtomicBool,
     conns: Mutex<HashMap<u64, AbortHandle>>,
@@ -196,6 +204,7 @@ impl Inner {
             fault: s.fault,
             when,
             cut_after: self.planner.lock().cut_after.0,
+            hold: *self.delay.lock(),
         })
     }
 
@@ -264,9 +273,11 @@ impl FaultProxy {
                 let mut p = plan::Planner::new(settings.seed, settings.rate, settings.watch_cut);
                 p.watch_rate = settings.watch_rate;
                 p.not_found_before = settings.not_found_before;
+                p.delay = settings.delay;
                 p
             }),
             stall: Mutex::new(settings.stall),
+            delay: Mutex::new(Duration::from_secs(5)),
             records: Mutex::new(Vec::new()),
             cut: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
@@ -316,6 +327,11 @@ impl FaultProxy {
     /// Scripted faults not injected yet (`times` left).
     pub fn scripts_left(&self) -> usize {
         self.inner.scripts.lock().iter().map(|s| s.times).sum()
+    }
+
+    /// Changes how long a scripted [`Fault::Delay`] holds its request.
+    pub fn set_delay(&self, delay: Duration) {
+        *self.inner.delay.lock() = delay;
     }
 
     /// Changes how long a stall holds an answer.

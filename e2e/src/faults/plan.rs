@@ -64,10 +64,15 @@ pub enum Fault {
     /// `Expired` Status, then ended: what the API server sends for a
     /// resourceVersion too old (not forwarded).
     WatchGone,
+    /// The request held *before* it is forwarded, then forwarded whatever
+    /// became of its client: a write that lands long after it was sent,
+    /// possibly after its sender gave up or was killed. Only drawn when
+    /// [`Planner::delay`] is set (scripts may always use it).
+    Delay,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 9] = [
         Fault::TooManyRequests,
         Fault::InternalError,
         Fault::ServiceUnavailable,
@@ -76,6 +81,7 @@ impl Fault {
         Fault::Stall,
         Fault::WatchCut,
         Fault::WatchGone,
+        Fault::Delay,
     ];
 
     pub fn name(self) -> &'static str {
@@ -88,6 +94,7 @@ impl Fault {
             Fault::Stall => "stall",
             Fault::WatchCut => "watch cut",
             Fault::WatchGone => "watch 410",
+            Fault::Delay => "delay",
         }
     }
 
@@ -99,7 +106,7 @@ impl Fault {
             Fault::ServiceUnavailable => Some(503),
             Fault::Conflict => Some(409),
             Fault::NotFound => Some(404),
-            Fault::Stall | Fault::WatchCut | Fault::WatchGone => None,
+            Fault::Stall | Fault::WatchCut | Fault::WatchGone | Fault::Delay => None,
         }
     }
 }
@@ -127,6 +134,8 @@ pub struct Injection {
     pub when: When,
     /// For [`Fault::WatchCut`]: how long the stream runs first.
     pub cut_after: Duration,
+    /// For [`Fault::Delay`]: how long the request is held.
+    pub hold: Duration,
 }
 
 pub fn is_write(m: &Method) -> bool {
@@ -179,6 +188,8 @@ pub struct Planner {
     pub not_found_before: bool,
     /// Range of [`Injection::cut_after`].
     pub cut_after: (Duration, Duration),
+    /// Range of [`Injection::hold`]; `None`: no [`Fault::Delay`] drawn.
+    pub delay: Option<(Duration, Duration)>,
 }
 
 impl Planner {
@@ -189,6 +200,7 @@ impl Planner {
             watch_rate: None,
             not_found_before: false,
             cut_after,
+            delay: None,
         }
     }
 
@@ -204,7 +216,10 @@ impl Planner {
         if self.rng.unit() >= rate {
             return None;
         }
-        let kinds = applicable(m, watch);
+        let mut kinds = applicable(m, watch);
+        if self.delay.is_some() && !watch {
+            kinds.push(Fault::Delay);
+        }
         let fault = kinds[self.rng.below(kinds.len())];
         let mut after = self.rng.next_u64() & 1 == 1;
         if fault == Fault::NotFound && !self.not_found_before {
@@ -216,10 +231,15 @@ impl Planner {
             When::Before
         };
         let cut_after = self.rng.between(self.cut_after.0, self.cut_after.1);
+        let hold = match (fault, self.delay) {
+            (Fault::Delay, Some((lo, hi))) => self.rng.between(lo, hi),
+            _ => Duration::ZERO,
+        };
         Some(Injection {
             fault,
             when,
             cut_after,
+            hold,
         })
     }
 }
@@ -404,6 +424,8 @@ mod tests {
         let range = (Duration::from_millis(500), Duration::from_secs(5));
         let mut p = Planner::new(3, 1.0, range);
         p.not_found_before = true;
+        let hold = (Duration::from_secs(2), Duration::from_secs(10));
+        p.delay = Some(hold);
         let mut seen = std::collections::BTreeSet::new();
         let (mut before, mut after) = (0, 0);
         let mut not_found_before = 0;
@@ -415,7 +437,11 @@ mod tests {
                 _ => (Method::GET, false),
             };
             let inj = p.decide(&m, w).expect("rate 1");
-            assert!(applicable(&m, w).contains(&inj.fault));
+            if inj.fault == Delay {
+                assert!(!w && (hold.0..=hold.1).contains(&inj.hold), "{inj:?}");
+            } else {
+                assert!(applicable(&m, w).contains(&inj.fault));
+            }
             assert!((range.0..=range.1).contains(&inj.cut_after));
             if inj.when == When::After {
                 assert!(is_write(&m) && inj.fault.code().is_some(), "{inj:?} on {m}");

@@ -72,6 +72,23 @@ impl<P: JobPort> JobController<P> {
         });
     }
 
+    /// Deliberate deviation from upstream: a pod with the tracking
+    /// finalizer whose controller Job is finished goes to the orphan queue
+    /// whenever it is seen (a create that landed after the finish, the
+    /// first list after a restart, a later update). Upstream only syncs the
+    /// finished Job, which does nothing, so such a pod keeps its finalizer
+    /// and can never be deleted. The finished Job's counters are not
+    /// touched; `handle_orphan` re-checks against the cache. A pod whose
+    /// Job is gone is left as upstream leaves it: the garbage collector
+    /// deletes it, and the delete handler releases it.
+    fn release_if_job_done(&self, pod: &CachedPod, job: Option<&Job>) {
+        if has_tracking_finalizer(pod)
+            && job.is_some_and(|j| is_finished(j) && managed_by_other(j).is_none())
+        {
+            self.enqueue_orphan(pod);
+        }
+    }
+
     pub(super) fn enqueue_selector(&self, job: &Job) {
         let selector = job
             .spec
@@ -116,11 +133,13 @@ impl<P: JobPort> JobController<P> {
         }
         let ns = pod.namespace();
         if let Some(r) = controller_of(pod) {
-            if let Some(job) = self.resolve(ns, r) {
+            let job = self.resolve(ns, r);
+            if let Some(job) = &job {
                 self.expectations
                     .creation_observed(&object_key(job.as_ref()));
-                self.enqueue_after(&job, SYNC_JOB_BATCH_PERIOD);
+                self.enqueue_after(job, SYNC_JOB_BATCH_PERIOD);
             }
+            self.release_if_job_done(pod, job.as_deref());
             return;
         }
         if has_tracking_finalizer(pod) {
@@ -156,18 +175,20 @@ impl<P: JobPort> JobController<P> {
             self.enqueue_after(&job, SYNC_JOB_BATCH_PERIOD);
         }
         if let Some(r) = cur_ref {
-            if let Some(job) = self.resolve(ns, r) {
+            let job = self.resolve(ns, r);
+            if let Some(job) = &job {
                 if finalizer_removed {
                     self.finalizer_expectations
                         .finalizer_removal_observed(&object_key(job.as_ref()), uid);
                 }
-                let delay = if newly_fails_job(&job, old, cur, self.config.pod_failure_policy) {
+                let delay = if newly_fails_job(job, old, cur, self.config.pod_failure_policy) {
                     Duration::ZERO
                 } else {
                     SYNC_JOB_BATCH_PERIOD
                 };
-                self.enqueue_after(&job, delay);
+                self.enqueue_after(job, delay);
             }
+            self.release_if_job_done(cur, job.as_deref());
             return;
         }
         if has_tracking_finalizer(cur) {
@@ -209,6 +230,11 @@ impl<P: JobPort> JobController<P> {
 
     fn add_job(&self, job: &Job) {
         self.enqueue_after(job, Duration::ZERO);
+        // A finished Job seen first (a restart): its pods may have been
+        // listed before it, when they could not be resolved to it.
+        if is_finished(job) && managed_by_other(job).is_none() {
+            self.enqueue_selector(job);
+        }
         if let Some(name) = managed_by_other(job) {
             metrics()
                 .jobs_by_external_controller
