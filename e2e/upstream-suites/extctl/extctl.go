@@ -462,34 +462,54 @@ func (p *Process) waitReady(timeout time.Duration, cancelled <-chan struct{}) er
 	return nil
 }
 
-// Stop keeps the process's counters for later checks, then stops it
-// (SIGTERM, SIGKILL after 5 s) and waits for it to exit. Idempotent.
+// Stop stops the process (SIGTERM, SIGKILL after 5 s) and waits for it to
+// exit, keeping its counters for later checks: it scrapes /metrics before the
+// signal and while the process drains (an in-process controller finishes the
+// sync it is in when its context ends, and so may a process), and keeps the
+// highest value of each counter. Idempotent.
 func (p *Process) Stop() {
 	p.stopOnce.Do(func() {
 		mu.Lock()
 		wasRunning := running[p]
+		delete(running, p)
 		mu.Unlock()
-		if wasRunning {
+		last := map[string]float64{}
+		keep := func() {
 			if s, err := p.scrape(); err == nil {
-				mu.Lock()
 				for k, v := range s {
-					carried[k] += v
+					if v > last[k] {
+						last[k] = v
+					}
 				}
-				mu.Unlock()
 			}
-			mu.Lock()
-			delete(running, p)
-			mu.Unlock()
+		}
+		if wasRunning {
+			keep()
 		}
 		p.stopped.Store(true)
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(5 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.exited
+		deadline := time.After(5 * time.Second)
+	wait:
+		for {
+			select {
+			case <-p.exited:
+				break wait
+			case <-deadline:
+				_ = p.cmd.Process.Kill()
+				<-p.exited
+				break wait
+			case <-time.After(20 * time.Millisecond):
+				if wasRunning {
+					keep()
+				}
+			}
 		}
 		_ = p.stdin.Close()
+		mu.Lock()
+		for k, v := range last {
+			carried[k] += v
+		}
+		mu.Unlock()
 	})
 }
 
