@@ -20,7 +20,7 @@
 #   suites.sh gen 1.N.x               (re)write the module file of a version
 #
 # SUITE: job podgc disruption node (default: all four). RUN=regexp passes
-# -test.run. KCM_RS_BIN overrides target/debug/kcm-rs; KCM_BIN overrides
+# -test.run (RERUN=name with it: see run). KCM_RS_BIN overrides target/debug/kcm-rs; KCM_BIN overrides
 # the harness's kube-controller-manager of that version.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -137,17 +137,21 @@ run() {
   build "$v" "${suites[@]}"
   start_etcd "$v"
   out="$work/$v/results"; mkdir -p "$out"
+  # RERUN=name: the leaves of RUN again, into IMPL-SUITE.name.json; the
+  # report takes a leaf's result from the newest such file that has it.
+  local suffix="${RERUN:+.$RERUN}" logs
   for s in "${suites[@]}"; do
-    rm -rf "$out/logs/$impl-$s"; mkdir -p "$out/logs/$impl-$s"
+    logs="$out/logs/$impl-$s$suffix"
+    rm -rf "$logs"; mkdir -p "$logs"
     echo "== Kubernetes $v, suite $s, $impl ($b)" >&2
     t0=$(date +%s)
     set +e
-    (cd "$work/$v/src/$s" && KCM_UNDER_TEST="$b" KCM_SUITES_LOG_DIR="$out/logs/$impl-$s" \
+    (cd "$work/$v/src/$s" && KCM_UNDER_TEST="$b" KCM_SUITES_LOG_DIR="$logs" \
       "$work/$v/bin/$s.test" -test.v -test.timeout="${SUITE_TIMEOUT:-90m}" ${RUN:+-test.run "$RUN"} 2>&1) \
-      | go tool test2json -t -p "$s" > "$out/$impl-$s.json"
+      | go tool test2json -t -p "$s" > "$out/$impl-$s$suffix.json"
     [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
     set -e
-    echo "$(( $(date +%s) - t0 ))" > "$out/$impl-$s.seconds"
+    [[ -n "$suffix" ]] || echo "$(( $(date +%s) - t0 ))" > "$out/$impl-$s.seconds"
     echo "   $(grep -c '"Action":"pass","Package' "$out/$impl-$s.json" || true) pass lines; $(( $(date +%s) - t0 ))s" >&2
   done
   return $rc

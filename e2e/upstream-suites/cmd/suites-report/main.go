@@ -38,6 +38,15 @@ type event struct {
 type leaf struct {
 	result string // pass, fail, skip, "" (not run / no result)
 	output []string
+	rerun  bool // the result of a rerun
+}
+
+func mtime(path string) int64 {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return st.ModTime().UnixNano()
 }
 
 type run struct {
@@ -195,6 +204,14 @@ func cell(l *leaf) string {
 	return l.result
 }
 
+// mark is cell with a note when the result comes from a rerun.
+func mark(l *leaf) string {
+	if l != nil && l.rerun {
+		return cell(l) + " (rerun)"
+	}
+	return cell(l)
+}
+
 func main() {
 	out := flag.String("out", "", "output folder")
 	notesPath := flag.String("notes", "", "notes.tsv")
@@ -222,6 +239,23 @@ func main() {
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "error: %v\n", err)
 					os.Exit(1)
+				}
+				// Reruns (suites.sh run with RERUN=name), oldest first:
+				// a leaf's result is the newest one.
+				reruns, _ := filepath.Glob(filepath.Join(dir, impl+"-"+s+".*.json"))
+				sort.Slice(reruns, func(i, j int) bool { return mtime(reruns[i]) < mtime(reruns[j]) })
+				for _, f := range reruns {
+					rr, err := load(f)
+					if err != nil {
+						fmt.Fprintf(os.Stderr, "error: %v\n", err)
+						os.Exit(1)
+					}
+					for _, n := range rr.leaves() {
+						if l := rr.tests[n]; l.result != "" {
+							l.rerun = true
+							r.tests[n] = l
+						}
+					}
 				}
 				runs[impl] = r
 				for _, n := range r.leaves() {
@@ -271,7 +305,7 @@ func main() {
 						why = "(same) " + n
 					}
 				}
-				fmt.Fprintf(&rows, "| `%s` | %s | %s | %s |\n", n, cell(a), cell(r), why)
+				fmt.Fprintf(&rows, "| `%s` | %s | %s | %s |\n", n, mark(a), mark(r), why)
 			}
 			c := func(impl string) string {
 				m := counts[impl]
