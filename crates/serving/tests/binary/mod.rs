@@ -63,8 +63,18 @@ fn free_port() -> u16 {
 }
 
 /// kcm-rs against `cp` with delegated authentication and authorization as
-/// the admin, `/metrics` not always-allowed, plus `args`; healthy.
+/// the admin, `/metrics` not always-allowed, plus `args`; ready. A port
+/// taken between picking and binding is picked again.
 pub async fn start(cp: &ControlPlane, name: &str, args: &[String]) -> Kcm {
+    for _ in 0..3 {
+        if let Some(kcm) = try_start(cp, name, args).await {
+            return kcm;
+        }
+    }
+    panic!("kcm-rs did not start");
+}
+
+async fn try_start(cp: &ControlPlane, name: &str, args: &[String]) -> Option<Kcm> {
     let port = free_port();
     let log = cp.dir().join(format!("kcm-rs-{name}.log"));
     let out = std::fs::File::create(&log).expect("log");
@@ -81,11 +91,19 @@ pub async fn start(cp: &ControlPlane, name: &str, args: &[String]) -> Kcm {
         .stderr(out)
         .spawn()
         .expect("spawn kcm-rs");
-    let kcm = Kcm { child, port, log };
+    let mut kcm = Kcm { child, port, log };
     let end = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok((200, _)) = get_as(port, "/readyz", Credential::None).await {
-            return kcm;
+            return Some(kcm);
+        }
+        if let Ok(Some(_)) = kcm.child.try_wait() {
+            let tail = kcm.log_tail();
+            assert!(
+                tail.contains("Address already in use"),
+                "kcm-rs exited:\n{tail}"
+            );
+            return None;
         }
         assert!(
             Instant::now() < end,
