@@ -7,7 +7,17 @@
 //!   write (its acquisition of the Lease);
 //! * never more pods than `parallelism` (no pod is created twice);
 //! * after SIGTERM the old leader is gone within its renew deadline plus
-//!   start-up slack (the drain is bounded by the fence).
+//!   start-up slack (the drain is bounded by the fence), and it releases
+//!   the Lease even when its in-flight syncs ran into the fence: the
+//!   standby's first write comes within retry period + 2 s of the old
+//!   leader's last one;
+//! * a leader frozen (SIGSTOP) past the lease duration writes nothing after
+//!   the standby acquired once it thaws, and exits;
+//! * no pod is deleted by either process.
+//!
+//! `make handover` also runs the ignored `handover_table`: crash, SIGTERM
+//! and freeze for kcm-rs and for upstream KCM's job-controller under the
+//! same test, one line each (the README's leadership table).
 
 #[path = "manifests/support.rs"]
 #[allow(dead_code)]
@@ -33,6 +43,15 @@ const NS: &str = "kube-system";
 const LEASE: &str = "kcm-rs-fence";
 const PARALLELISM: i32 = 120;
 const RENEW_DEADLINE: Duration = Duration::from_secs(4);
+const LEASE_DURATION: Duration = Duration::from_secs(6);
+const RETRY_PERIOD: Duration = Duration::from_secs(1);
+
+/// Which controller leads and stands by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ctl {
+    KcmRs,
+    Upstream,
+}
 
 /// Two identities with cluster-admin, bound once per control plane.
 async fn identities(admin: &kube::Client) {
@@ -61,47 +80,95 @@ fn username(who: &str) -> String {
     format!("system:serviceaccount:{NS}:{who}")
 }
 
-/// kcm-rs as `who`, running the Job controller under leader election with
-/// short timings and a low QPS (creation takes a while).
+/// The controller as `who`, running the Job controller under leader
+/// election with short timings and a low QPS (creation takes a while).
 async fn start(cp: &ControlPlane, admin: &kube::Client, bin: &Path, who: &str) -> Child {
+    start_as(cp, admin, Ctl::KcmRs, bin, who).await
+}
+
+async fn start_as(
+    cp: &ControlPlane,
+    admin: &kube::Client,
+    ctl: Ctl,
+    bin: &Path,
+    who: &str,
+) -> Child {
     let token = sa_token(admin, NS, who).await;
     let kubeconfig = cp.dir().join(format!("{who}.kubeconfig"));
     token_kubeconfig(cp.kubeconfig(), &token, &kubeconfig);
-    spawn(cp, bin, who, &kubeconfig)
+    spawn_as(cp, ctl, bin, who, &kubeconfig)
 }
 
 fn spawn(cp: &ControlPlane, bin: &Path, who: &str, kubeconfig: &Path) -> Child {
+    spawn_as(cp, Ctl::KcmRs, bin, who, kubeconfig)
+}
+
+fn spawn_as(cp: &ControlPlane, ctl: Ctl, bin: &Path, who: &str, kubeconfig: &Path) -> Child {
     let log = std::fs::File::create(cp.dir().join(format!("{who}.log"))).expect("log");
-    Command::new(bin)
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+    let mut cmd = Command::new(bin);
+    cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
         .args([
             "--controllers=job-controller",
             "--secure-port=0",
             "--leader-elect=true",
             &format!("--leader-elect-resource-name={LEASE}"),
-            "--leader-elect-lease-duration=6s",
+            &format!(
+                "--leader-elect-lease-duration={}s",
+                LEASE_DURATION.as_secs()
+            ),
             &format!(
                 "--leader-elect-renew-deadline={}s",
                 RENEW_DEADLINE.as_secs()
             ),
-            "--leader-elect-retry-period=1s",
+            &format!("--leader-elect-retry-period={}s", RETRY_PERIOD.as_secs()),
             "--kube-api-qps=4",
             "--kube-api-burst=4",
             "--v=2",
-        ])
-        .stdin(Stdio::null())
+        ]);
+    if ctl == Ctl::Upstream {
+        cmd.arg("--leader-elect-resource-namespace=kube-system");
+    }
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))
         .spawn()
-        .expect("spawn kcm-rs")
+        .expect("spawn the controller")
 }
 
-fn sigterm(child: &Child) {
+fn binary(cp: &ControlPlane, ctl: Ctl) -> std::path::PathBuf {
+    match ctl {
+        Ctl::KcmRs => kcm_rs_binary(),
+        Ctl::Upstream => kcm_e2e::binaries::ensure_built_for(cp.version())
+            .expect("upstream binaries")
+            .join("kcm-e2e-controller-manager"),
+    }
+}
+
+fn signal(child: &Child, sig: &str) {
     let ok = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args([&format!("-{sig}"), &child.id().to_string()])
         .status()
         .expect("kill");
     assert!(ok.success());
+}
+
+/// SIGSTOP for twice the lease duration, then SIGCONT, from a thread (the
+/// hand-over goes on meanwhile).
+fn freeze(child: &Child) {
+    signal(child, "STOP");
+    let pid = child.id().to_string();
+    std::thread::spawn(move || {
+        std::thread::sleep(LEASE_DURATION * 2);
+        let _ = Command::new("kill").args(["-CONT", &pid]).status();
+    });
+}
+
+fn sigterm(child: &Child) {
+    signal(child, "TERM");
+}
+
+fn sigkill(child: &Child) {
+    signal(child, "KILL");
 }
 
 struct Write {
@@ -177,13 +244,25 @@ fn active(pods: &[Pod]) -> usize {
 async fn hand_over(
     cp: &ControlPlane,
     bin: &Path,
-    mut a: Child,
+    a: Child,
     disrupt: impl FnOnce(&Child),
 ) -> Duration {
+    hand_over_as(cp, Ctl::KcmRs, bin, a, disrupt).await.0
+}
+
+async fn hand_over_as(
+    cp: &ControlPlane,
+    ctl: Ctl,
+    bin: &Path,
+    mut a: Child,
+    disrupt: impl FnOnce(&Child),
+) -> (Duration, usize) {
     let admin = cp.client().await.expect("client");
     let leases: Api<Lease> = Api::namespaced(admin.clone(), NS);
     let first = wait_holder(&leases, None, Duration::from_secs(60)).await;
-    let mut b = start(cp, &admin, bin, "leader-b").await;
+    let mut b = start_as(cp, &admin, ctl, bin, "leader-b").await;
+    // The standby's caches sync before the leader is hit.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let ns = kcm_e2e::TestNamespace::create(&admin, "fence")
         .await
         .expect("ns");
@@ -232,17 +311,30 @@ async fn hand_over(
         .iter()
         .filter_map(|s| s.pod().metadata.name.clone())
         .collect();
-    assert_eq!(
-        names.len(),
-        PARALLELISM as usize,
-        "pods ever created (at most parallelism, none twice)"
-    );
-    exited
+    // Upstream's figures are reported, not asserted (`handover_table`).
+    if ctl == Ctl::KcmRs {
+        assert_eq!(
+            names.len(),
+            PARALLELISM as usize,
+            "pods ever created (at most parallelism, none twice)"
+        );
+    }
+    (exited, names.len())
 }
 
 /// From the audit log: the old leader (`a_user`) wrote nothing after the
-/// new leader's first write.
-fn assert_one_writer_at_a_time(cp: &ControlPlane, exited: Duration) {
+/// new leader's first write, and nobody deleted a pod. Returns the
+/// take-over: the new leader's first write after the old one's last.
+fn assert_one_writer_at_a_time(cp: &ControlPlane, exited: Duration) -> Duration {
+    let (takeover, late, deletes) = audit_handover(cp, exited);
+    assert_eq!(late, 0, "the old leader wrote after the new one acquired");
+    assert_eq!(deletes, 0, "pods deleted");
+    takeover
+}
+
+/// The take-over, the old leader's writes completed after the new leader's
+/// first, and the pod deletes, from the audit log.
+fn audit_handover(cp: &ControlPlane, exited: Duration) -> (Duration, usize, usize) {
     let all = writes(&cp.audit_log());
     let (a_user, b_user) = (username("leader-a"), username("leader-b"));
     let a_last = all
@@ -273,10 +365,63 @@ fn assert_one_writer_at_a_time(cp: &ControlPlane, exited: Duration) {
         b_first.resource, "leases",
         "the new leader starts with the Lease"
     );
-    assert!(
-        a_last.completed < b_first.received,
-        "the old leader wrote after the new one acquired"
+    let late = all
+        .iter()
+        .filter(|w| w.user == a_user && w.completed >= b_first.received)
+        .count();
+    let deletes = all
+        .iter()
+        .filter(|w| w.resource == "pods" && w.verb == "delete")
+        .count();
+    // The take-over runs from the old leader's last write before the new
+    // leader's first (a late write does not shorten it).
+    let before = all
+        .iter()
+        .filter(|w| w.user == a_user && w.completed < b_first.received)
+        .max_by_key(|w| w.completed)
+        .map_or(a_last.completed, |w| w.completed);
+    let ms = (b_first.received - before)
+        .total(jiff::Unit::Millisecond)
+        .unwrap_or(0.0);
+    (Duration::from_millis(ms.max(0.0) as u64), late, deletes)
+}
+
+/// One hand-over: the take-over, when the old leader was gone, the pods
+/// ever created, the old leader's writes after the new one acquired, the
+/// pod deletes.
+struct Handover {
+    exited: Duration,
+    takeover: Duration,
+    pods: usize,
+    late: usize,
+    deletes: usize,
+}
+
+/// kcm-rs's hand-overs are asserted (one writer at a time, no deletes,
+/// each pod once); upstream's are measured only.
+async fn measure(ctl: Ctl, how: &str, disrupt: fn(&Child)) -> Handover {
+    let cp = ControlPlane::start_with_audit().expect("control plane");
+    let bin = binary(&cp, ctl);
+    let admin = cp.client().await.expect("client");
+    identities(&admin).await;
+    let a = start_as(&cp, &admin, ctl, &bin, "leader-a").await;
+    let (exited, pods) = hand_over_as(&cp, ctl, &bin, a, disrupt).await;
+    let (takeover, late, deletes) = if ctl == Ctl::KcmRs {
+        (assert_one_writer_at_a_time(&cp, exited), 0, 0)
+    } else {
+        audit_handover(&cp, exited)
+    };
+    eprintln!(
+        "{ctl:?} {how}: take-over {takeover:?}, old leader exited {exited:?} after the signal, \
+         {pods} pods, {late} late writes, {deletes} deletes"
     );
+    Handover {
+        exited,
+        takeover,
+        pods,
+        late,
+        deletes,
+    }
 }
 
 #[tokio::test]
@@ -287,12 +432,65 @@ async fn sigterm_mid_creation_hands_over_without_two_writers() {
     identities(&admin).await;
     let a = start(&cp, &admin, &bin, "leader-a").await;
     let exited = hand_over(&cp, &bin, a, sigterm).await;
-    assert_one_writer_at_a_time(&cp, exited);
+    let takeover = assert_one_writer_at_a_time(&cp, exited);
     // Drain bounded by the fence (renew deadline), plus process exit.
     assert!(
         exited < RENEW_DEADLINE + Duration::from_secs(3),
         "the drain took {exited:?}"
     );
+    // Released even when the drain ran into the fence, and acquired at once.
+    assert!(
+        takeover <= RETRY_PERIOD + Duration::from_secs(2),
+        "the standby's first write came {takeover:?} after the old leader's last"
+    );
+}
+
+/// A leader frozen past the lease duration: the standby takes over; the
+/// thawed process writes nothing after that (its fence has passed) and
+/// exits on its own.
+#[tokio::test]
+async fn a_frozen_leader_thaws_without_writing_and_exits() {
+    let h = measure(Ctl::KcmRs, "SIGSTOP", freeze).await;
+    assert!(
+        h.takeover >= LEASE_DURATION - RENEW_DEADLINE,
+        "took over after {:?}, before the lease could expire",
+        h.takeover
+    );
+    assert!(h.exited < LEASE_DURATION * 2 + Duration::from_secs(10));
+}
+
+/// crash / SIGTERM / freeze, kcm-rs and upstream KCM (`make handover`).
+#[tokio::test]
+#[ignore = "about 8 minutes: make handover"]
+async fn handover_table() {
+    let mut rows = Vec::new();
+    for ctl in [Ctl::KcmRs, Ctl::Upstream] {
+        for (how, f) in [
+            ("crash (SIGKILL)", sigkill as fn(&Child)),
+            ("SIGTERM", sigterm),
+            ("freeze (SIGSTOP 12 s)", freeze),
+        ] {
+            let h = measure(ctl, how, f).await;
+            rows.push(format!(
+                "| {} | {how} | {:.1} s | {:.1} s | {} | {} | {} |",
+                match ctl {
+                    Ctl::KcmRs => "kcm-rs",
+                    Ctl::Upstream => "upstream KCM",
+                },
+                h.takeover.as_secs_f64(),
+                h.exited.as_secs_f64(),
+                h.pods,
+                h.late,
+                h.deletes
+            ));
+        }
+    }
+    println!(
+        "| controller | leader stopped by | take-over (old leader's last write to new leader's first) | old leader gone after the signal | pods created | old leader's writes after the take-over | pod deletes |\n|---|---|--:|--:|--:|--:|--:|"
+    );
+    for r in rows {
+        println!("{r}");
+    }
 }
 
 /// The lease partitioned away from a leader that can still write pods

@@ -517,6 +517,13 @@ const ADMISSION_ONLY: &[(&str, &str, &str, &str)] = &[
         "/events",
         "repeat-only: as the job-controller's",
     ),
+    (
+        "kcm-rs",
+        "watch",
+        "coordination.k8s.io/leases",
+        "standby-only: a replica waiting for a held Lease watches it, to take over at once \
+         when it is released",
+    ),
 ];
 
 /// Every request of kcm-rs's identities was allowed, and every grant of

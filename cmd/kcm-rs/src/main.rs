@@ -304,7 +304,17 @@ async fn run(
         None
     };
     *status.standby.write() = false;
-    let identities = controller_identities(&flags, &config, &selected, &stop).await?;
+    // A process that cannot start its controllers gives the Lease back
+    // first, so a healthy standby need not wait out a lease duration.
+    let identities = match controller_identities(&flags, &config, &selected, &stop).await {
+        Ok(i) => i,
+        Err(e) => {
+            if let Some(el) = elector.as_mut() {
+                el.release().await;
+            }
+            return Err(e);
+        }
+    };
     let options = controller::Options {
         qps: flags.kube_api_qps,
         burst: flags.kube_api_burst,
@@ -320,11 +330,18 @@ async fn run(
         fence: fence.clone(),
         clock: kcm_runtime::clock::Clock::system(),
     };
-    let ctx = ControllerContext::new(config, options, stop.child_token())
-        .map_err(|e| Failure::Runtime(e.to_string()))?;
+    let started = ControllerContext::new(config, options, stop.child_token())
+        .and_then(|ctx| controller::start(&ctx, &selected).map(|r| (ctx, r)));
+    let (ctx, running) = match started {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some(el) = elector.as_mut() {
+                el.release().await;
+            }
+            return Err(Failure::Runtime(e.to_string()));
+        }
+    };
     *status.informers.write() = Some(ctx.informers.clone());
-    let running =
-        controller::start(&ctx, &selected).map_err(|e| Failure::Runtime(e.to_string()))?;
     let mut tasks = Vec::new();
     for r in running {
         status.checks.write().push((r.name.to_string(), r.health));
