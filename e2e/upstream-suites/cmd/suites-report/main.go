@@ -89,8 +89,11 @@ func load(path string) (*run, error) {
 		case "pass", "fail", "skip":
 			l.result = e.Action
 		case "output":
-			if len(l.output) < 400 {
-				l.output = append(l.output, strings.TrimRight(e.Output, "\n"))
+			// Only lines a reason can come from: the tests' own lines, the
+			// harness's, and error lines (a refusal's message).
+			o := strings.TrimRight(e.Output, "\n")
+			if len(l.output) < 400 && (failLine.MatchString(o) || strings.Contains(o, "extctl") || errorLine.MatchString(o)) {
+				l.output = append(l.output, o)
 			}
 		}
 	}
