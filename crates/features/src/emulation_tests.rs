@@ -72,7 +72,7 @@ fn the_server_is_the_binary_and_the_flag_may_emulate_older() {
     // kcm-rs's override: a supported minor newer than the server, or any
     // supported minor when the server's is not, names the binary.
     assert_eq!(ok(Some("1.36"), "v1.34.4"), (36, 36, true));
-    assert_eq!(ok(Some("1.35"), "v1.38.0"), (35, 35, true));
+    assert_eq!(ok(Some("1.35"), "v1.39.0"), (35, 35, true));
     assert_eq!(ok(Some("1.34"), "garbage"), (34, 34, true));
 
     let no = |flag, server| choose(flag, server).expect_err("refused").to_string();
@@ -87,7 +87,7 @@ fn the_server_is_the_binary_and_the_flag_may_emulate_older() {
          kube-controller-manager 1.34 to 1.37"
     );
     assert_eq!(
-        no(Some("1.32"), "v1.38.0"),
+        no(Some("1.32"), "v1.39.0"),
         "--emulated-version=1.32: Kubernetes 1.32 is not supported: kcm-rs behaves as \
          kube-controller-manager 1.34 to 1.37"
     );
@@ -104,6 +104,30 @@ fn the_server_is_the_binary_and_the_flag_may_emulate_older() {
         choose(None, "v1.33.2"),
         Err(ChooseError::Server { .. })
     ));
+}
+
+#[test]
+fn a_server_one_minor_newer_than_the_newest_is_kcms_skew() {
+    let newest = KubeVersion::NEWEST.minor();
+    let next = format!("v1.{}.0", newest + 1);
+    let c = Emulation::choose(None, &next).expect("one minor newer is accepted");
+    assert_eq!(c.emulation, Emulation::of(KubeVersion::NEWEST));
+    assert_eq!(c.newer_server, Some(newest + 1));
+    let w = c.warning.expect("a warning");
+    assert!(w.contains("one minor newer") && w.contains("upgrade kcm-rs"), "{w}");
+    // A flag emulates below the newest as on a server of that minor.
+    let c = Emulation::choose(Some("1.36"), &format!("v1.{}.2-gke.1", newest + 1)).expect("ok");
+    assert_eq!((c.emulation.binary(), c.emulation.minor()), (KubeVersion::NEWEST, 36));
+    assert_eq!(c.newer_server, Some(newest + 1));
+    // Two minors newer, or an unreadable patch, is refused as before.
+    for server in [format!("v1.{}.0", newest + 2), format!("v1.{}", newest + 1)] {
+        assert!(
+            matches!(Emulation::choose(None, &server), Err(ChooseError::Server { .. })),
+            "{server}"
+        );
+    }
+    // A supported server is no skew.
+    assert_eq!(Emulation::choose(None, "v1.37.1").expect("ok").newer_server, None);
 }
 
 #[test]

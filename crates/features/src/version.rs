@@ -207,17 +207,35 @@ impl Emulation {
 
     /// The binary and emulation for a server's `gitVersion` and an optional
     /// `--emulated-version`: the server's minor is the binary, and the flag
-    /// may emulate an older minor down to that KCM's floor. kcm-rs's own
-    /// override beyond upstream: a flag naming a supported minor newer than
-    /// the server (or any supported minor when the server's is unsupported
-    /// or unreadable) makes kcm-rs behave as that minor's KCM, with a warning.
+    /// may emulate an older minor down to that KCM's floor. A server one
+    /// minor newer than [`KubeVersion::NEWEST`] is KCM's own skew (the
+    /// control plane upgraded first): kcm-rs behaves as the newest, with a
+    /// warning and [`Chosen::newer_server`] set. kcm-rs's own override
+    /// beyond upstream: a flag naming a supported minor newer than the
+    /// server (or any supported minor when the server's is unsupported or
+    /// unreadable) makes kcm-rs behave as that minor's KCM, with a warning.
     pub fn choose(flag: Option<&str>, server: &str) -> Result<Chosen, ChooseError> {
-        let from_server = KubeVersion::from_git_version(server);
+        let (from_server, newer_server) = match KubeVersion::from_git_version(server) {
+            Err(VersionError::Unsupported(_)) => match skewed_minor(server) {
+                Some(m) => (Ok(KubeVersion::NEWEST), Some(m)),
+                None => (KubeVersion::from_git_version(server), None),
+            },
+            other => (other, None),
+        };
+        let skew_warning = newer_server.map(|m| {
+            format!(
+                "API server 1.{m} is one minor newer than the newest kube-controller-manager \
+                 kcm-rs reproduces ({newest}); behaving as {newest} (within KCM's version skew: \
+                 upgrade kcm-rs next)",
+                newest = KubeVersion::NEWEST
+            )
+        });
         let Some(flag) = flag else {
             return from_server
                 .map(|b| Chosen {
                     emulation: Emulation::of(b),
-                    warning: None,
+                    warning: skew_warning,
+                    newer_server,
                 })
                 .map_err(|e| ChooseError::Server {
                     server: server.to_string(),
@@ -232,7 +250,8 @@ impl Emulation {
         match from_server {
             Ok(s) if minor <= s.minor => Ok(Chosen {
                 emulation: Emulation::new(s, minor).map_err(flag_err)?,
-                warning: None,
+                warning: skew_warning,
+                newer_server,
             }),
             Ok(_) => Ok(Chosen {
                 emulation: Emulation::of(KubeVersion::new(minor).map_err(flag_err)?),
@@ -241,13 +260,25 @@ impl Emulation {
                      never newer); behaving as that minor's kube-controller-manager"
                         .into(),
                 ),
+                newer_server: None,
             }),
             Err(e) => Ok(Chosen {
                 emulation: Emulation::of(KubeVersion::new(minor).map_err(flag_err)?),
                 warning: Some(format!("{e}; behaving as --emulated-version says")),
+                newer_server: None,
             }),
         }
     }
+}
+
+/// The minor of a `v1.N.x` server exactly one minor newer than
+/// [`KubeVersion::NEWEST`] (KCM may be one minor older than its API server).
+fn skewed_minor(server: &str) -> Option<u32> {
+    let rest = server.trim().strip_prefix("v1.")?;
+    let (minor, patch) = rest.split_once('.')?;
+    let minor = minor.parse::<u32>().ok()?;
+    (patch.starts_with(|c: char| c.is_ascii_digit()) && minor == KubeVersion::NEWEST.minor + 1)
+        .then_some(minor)
 }
 
 /// What [`Emulation::choose`] picked, and a warning to log.
@@ -255,6 +286,9 @@ impl Emulation {
 pub struct Chosen {
     pub emulation: Emulation,
     pub warning: Option<String>,
+    /// The server's minor when it is one newer than [`KubeVersion::NEWEST`]
+    /// (kcm-rs then behaves as the newest).
+    pub newer_server: Option<u32>,
 }
 
 /// Why no version could be chosen.

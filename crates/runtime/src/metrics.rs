@@ -64,6 +64,23 @@ pub fn register_build_info(version: &str, git_commit: &str) {
     }
 }
 
+/// Registers `kcm_rs_version_skew{server_version,behaves_as}`: how many
+/// minors the API server is newer than the KCM kcm-rs behaves as (0, or 1
+/// within KCM's skew policy), so an upgrade left half-done can alert.
+pub fn register_version_skew(server_version: &str, behaves_as: &str, minors_newer: i64) {
+    let opts = prometheus::Opts::new(
+        "kcm_rs_version_skew",
+        "How many minor versions the API server is newer than the kube-controller-manager \
+         kcm-rs behaves as (1: kcm-rs lags its control plane and should be upgraded).",
+    );
+    match prometheus::IntGaugeVec::new(opts, &["server_version", "behaves_as"]) {
+        Ok(g) => register(g)
+            .with_label_values(&[server_version, behaves_as])
+            .set(minors_newer),
+        Err(e) => tracing::error!("kcm_rs_version_skew: {e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
