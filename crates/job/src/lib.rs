@@ -13,7 +13,8 @@
 //! `pod_failure_policy/` (KEP-3329 matching), `indexes` (Indexed Jobs,
 //! backoffLimitPerIndex), `success_policy`, `backoff` and `active_pods`;
 //! `pods` and `selector` are small predicates; `settings` holds the
-//! controller's flags (`--concurrent-job-syncs`). `explain/` and `lint/` are `kcm-rs explain` and
+//! controller's flags (`--concurrent-job-syncs`, `--job-managed-by`: beside
+//! KCM, only Jobs naming kcm-rs in `spec.managedBy`). `explain/` and `lint/` are `kcm-rs explain` and
 //! `kcm-rs lint`: they call the same matcher and `sync::prepare`, never a
 //! copy of them.
 
@@ -58,7 +59,19 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     let pods = ctx.informers.informer::<CachedPod>();
     controller::add_indexes(&jobs, &pods);
     let port = controller::port::ApiPort::new(client.clone(), Recorder::new(client, NAME));
-    let config = sync::Config::new(&ctx.features);
+    let settings = ctx.settings.get::<JobSettings>();
+    let mut config = sync::Config::new(&ctx.features);
+    if let Some(name) = settings.job_managed_by.as_deref() {
+        config = config.beside(name).map_err(|e| InitError {
+            controller: SPEC.name,
+            message: e.to_string(),
+        })?;
+        metrics::set_managed_by(name);
+        tracing::info!(
+            managed_by = name,
+            "job-controller runs beside kube-controller-manager: it syncs only Jobs with spec.managedBy={name}; every other Job and ownerless pod is KCM's"
+        );
+    }
     let jc = Arc::new(controller::JobController::new(
         port,
         jobs,
@@ -74,7 +87,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     jc.register();
     metrics::metrics();
     let host = ctx.host(SPEC.name);
-    let workers = ctx.settings.get::<JobSettings>().concurrent_job_syncs;
+    let workers = settings.concurrent_job_syncs;
     Ok(host.start(
         jc.run(host.clone(), workers, ctx.stop.clone()),
         ctx.stop.clone(),

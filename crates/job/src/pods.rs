@@ -34,12 +34,16 @@ pub fn is_finished(job: &Job) -> bool {
         })
 }
 
-/// The foreign controller named in `spec.managedBy`, if any.
-pub fn managed_by_other(job: &Job) -> Option<&str> {
-    job.spec
+/// The controller `spec.managedBy` names (unset: KCM's) when it is not
+/// `own`, this controller's name (`JOB_CONTROLLER_NAME`, or the
+/// `--job-managed-by` name beside KCM).
+pub fn managed_by_other<'a>(job: &'a Job, own: &str) -> Option<&'a str> {
+    let named = job
+        .spec
         .as_ref()
         .and_then(|s| s.managed_by.as_deref())
-        .filter(|m| *m != JOB_CONTROLLER_NAME)
+        .unwrap_or(JOB_CONTROLLER_NAME);
+    (named != own).then_some(named)
 }
 
 /// Phase of a pod, "" when unset.

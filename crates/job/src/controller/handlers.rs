@@ -16,7 +16,7 @@ use crate::pod_failure_policy::{Action, effective_policy, match_pod_failure_poli
 use crate::pods::{has_tracking_finalizer, is_terminal, phase};
 use crate::selector;
 
-pub use crate::pods::{controller_of, is_finished, managed_by_other};
+pub use crate::pods::{controller_of, is_finished};
 
 fn terminal_with_finalizer(p: Option<&CachedPod>) -> bool {
     p.is_some_and(|p| is_terminal(p) && has_tracking_finalizer(p))
@@ -83,7 +83,7 @@ impl<P: JobPort> JobController<P> {
     /// deletes it, and the delete handler releases it.
     fn release_if_job_done(&self, pod: &CachedPod, job: Option<&Job>) {
         if has_tracking_finalizer(pod)
-            && job.is_some_and(|j| is_finished(j) && managed_by_other(j).is_none())
+            && job.is_some_and(|j| is_finished(j) && self.config.foreign(j).is_none())
         {
             self.enqueue_orphan(pod);
         }
@@ -232,10 +232,16 @@ impl<P: JobPort> JobController<P> {
         self.enqueue_after(job, Duration::ZERO);
         // A finished Job seen first (a restart): its pods may have been
         // listed before it, when they could not be resolved to it.
-        if is_finished(job) && managed_by_other(job).is_none() {
+        if is_finished(job) && self.config.foreign(job).is_none() {
             self.enqueue_selector(job);
         }
-        if let Some(name) = managed_by_other(job) {
+        // Beside KCM, KCM counts the Jobs it leaves to others; kcm-rs's
+        // job_controller_* families count only its own Jobs.
+        if let Some(name) = self
+            .config
+            .foreign(job)
+            .filter(|_| !self.config.beside_kcm())
+        {
             metrics()
                 .jobs_by_external_controller
                 .with_label_values(&[crate::metrics::external_controller_label(
@@ -289,7 +295,11 @@ impl<P: JobPort> JobController<P> {
         }
         self.enqueue_selector(job);
         self.backoff.remove(&object_key(job));
-        if let Some(name) = managed_by_other(job) {
+        if let Some(name) = self
+            .config
+            .foreign(job)
+            .filter(|_| !self.config.beside_kcm())
+        {
             crate::metrics::forget_external_controller(
                 name,
                 job.metadata.uid.as_deref().unwrap_or_default(),

@@ -6,7 +6,7 @@ use kcm_pod::CachedPod;
 use kcm_runtime::informer::object_key;
 use kcm_runtime::selector::Selector;
 
-use super::handlers::{controller_of, is_finished, managed_by_other};
+use super::handlers::{controller_of, is_finished};
 use super::port::{JobPort, Settled};
 use super::{BY_TRACKING_NAMESPACE, JobController, OrphanKey};
 use crate::pods::has_tracking_finalizer;
@@ -60,12 +60,20 @@ impl<P: JobPort> JobController<P> {
                 return Ok(());
             }
             let ns = pod.namespace();
-            if let Some(job) = self.jobs.store().get(&format!("{ns}/{}", r.name))
-                && job.metadata.uid.as_deref() == Some(&*r.uid)
-                && (managed_by_other(&job).is_some() || !is_finished(&job))
-            {
-                return Ok(());
+            match self.jobs.store().get(&format!("{ns}/{}", r.name)) {
+                Some(job) if job.metadata.uid.as_deref() == Some(&*r.uid) => {
+                    if self.config.foreign(&job).is_some() || !is_finished(&job) {
+                        return Ok(());
+                    }
+                }
+                // Beside KCM, a pod whose Job is gone is KCM's: its orphan
+                // sweep removes the finalizer whoever managed the Job.
+                _ if self.config.beside_kcm() => return Ok(()),
+                _ => {}
             }
+        } else if self.config.beside_kcm() {
+            // Ownerless pods are KCM's too.
+            return Ok(());
         }
         // NotFound counts as done, with no version to record.
         let rv = match self.port.remove_finalizer(pod).await? {

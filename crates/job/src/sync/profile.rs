@@ -24,7 +24,16 @@
 use k8s_openapi::api::batch::v1::Job;
 use kcm_features::{Feature, FeatureGates};
 
-use crate::pods::managed_by_other;
+use crate::pods::{JOB_CONTROLLER_NAME, managed_by_other};
+
+/// Why `--job-managed-by` cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BesideError {
+    #[error(
+        "--job-managed-by needs the JobManagedBy feature gate: with it off every Job would be synced, KCM's too"
+    )]
+    GateOff,
+}
 
 /// Options that change decisions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +56,9 @@ pub struct Config {
     /// `JobPodReplacementPolicy`: off means `spec.podReplacementPolicy` is
     /// ignored and `status.terminating` is not written.
     pub pod_replacement_policy: bool,
+    /// The `spec.managedBy` this controller answers to: KCM's name, or the
+    /// `--job-managed-by` name when it runs beside KCM ([`Config::beside_kcm`]).
+    pub own_name: &'static str,
 }
 
 impl Config {
@@ -61,14 +73,38 @@ impl Config {
             success_policy: gates.enabled(Feature::JobSuccessPolicy),
             backoff_limit_per_index: gates.enabled(Feature::JobBackoffLimitPerIndex),
             pod_replacement_policy: gates.enabled(Feature::JobPodReplacementPolicy),
+            own_name: JOB_CONTROLLER_NAME,
         }
+    }
+
+    /// This profile beside KCM, answering to `name` (`--job-managed-by`):
+    /// refused with `JobManagedBy` off, where every Job would be synced.
+    pub fn beside(self, name: &str) -> Result<Config, BesideError> {
+        if !self.managed_by {
+            return Err(BesideError::GateOff);
+        }
+        // Leaked once per controller start: Config stays Copy.
+        let own_name = Box::leak(name.to_string().into_boxed_str());
+        Ok(Config { own_name, ..self })
+    }
+
+    /// Runs beside KCM's job-controller (`--job-managed-by`): Jobs without
+    /// `spec.managedBy`, and ownerless pods, are KCM's.
+    pub fn beside_kcm(&self) -> bool {
+        self.own_name != JOB_CONTROLLER_NAME
+    }
+
+    /// The controller `spec.managedBy` names when it is not this one,
+    /// whatever the gate says (the handlers' and orphan sweep's test).
+    pub fn foreign<'a>(&self, job: &'a Job) -> Option<&'a str> {
+        managed_by_other(job, self.own_name)
     }
 
     /// The controller named in `spec.managedBy` when it is not this one
     /// and the gate makes the field count (upstream
     /// `managedByExternalController`).
     pub fn managed_elsewhere<'a>(&self, job: &'a Job) -> Option<&'a str> {
-        managed_by_other(job).filter(|_| self.managed_by)
+        self.foreign(job).filter(|_| self.managed_by)
     }
 
     /// The Job as the sync reads it: the fields of gates that are off
@@ -183,5 +219,36 @@ mod tests {
             .map(|r| r.action)
             .collect();
         assert_eq!(actions, [GATED_FAIL_INDEX, "FailJob"]);
+    }
+
+    #[test]
+    fn beside_kcm_answers_only_to_its_name() {
+        let job = |m: Option<&str>| -> Job {
+            let mut spec = serde_json::json!({"template": {}});
+            if let Some(m) = m {
+                spec["managedBy"] = m.into();
+            }
+            serde_json::from_value(serde_json::json!({ "spec": spec })).expect("job")
+        };
+        let (kcm, ours, other) = (job(None), job(Some("kcm-rs.dev/j")), job(Some("x.io/y")));
+        let classic = Config::default();
+        assert!(!classic.beside_kcm());
+        assert_eq!(classic.managed_elsewhere(&kcm), None);
+        assert_eq!(classic.managed_elsewhere(&ours), Some("kcm-rs.dev/j"));
+        let beside = Config::default().beside("kcm-rs.dev/j").expect("gate on");
+        assert!(beside.beside_kcm());
+        assert_eq!(beside.managed_elsewhere(&ours), None);
+        assert_eq!(beside.managed_elsewhere(&kcm), Some(JOB_CONTROLLER_NAME));
+        let explicit = job(Some(JOB_CONTROLLER_NAME));
+        assert_eq!(
+            beside.managed_elsewhere(&explicit),
+            Some(JOB_CONTROLLER_NAME)
+        );
+        assert_eq!(beside.managed_elsewhere(&other), Some("x.io/y"));
+        let off = Config {
+            managed_by: false,
+            ..Config::default()
+        };
+        assert_eq!(off.beside("kcm-rs.dev/j"), Err(BesideError::GateOff));
     }
 }
