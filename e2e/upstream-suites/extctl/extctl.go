@@ -20,6 +20,9 @@
 //	KCM_UNDER_TEST_KIND  kcm-rs or kcm; default: kcm-rs when the binary's
 //	                     name contains "kcm-rs", else kcm
 //	KCM_UNDER_TEST_ARGS  extra flags, space separated, appended to every start
+//	KCM_UNDER_TEST_IGNORE_EMULATION  set: never pass --emulated-version (to
+//	                     see what a binary that refuses an older minor does
+//	                     with the rest of a test; not a faithful run)
 //	KCM_SUITES_LOG_DIR   where kubeconfigs and process logs go (default: a
 //	                     temporary folder)
 package extctl
@@ -330,7 +333,7 @@ func start(tb testing.TB, cfg *restclient.Config, controller string, opts []Opti
 	if gates != "" {
 		args = append(args, "--feature-gates="+gates)
 	}
-	if emulated != "" {
+	if emulated != "" && os.Getenv("KCM_UNDER_TEST_IGNORE_EMULATION") == "" {
 		args = append(args, "--emulated-version="+emulated)
 	}
 	if cfg.QPS > 0 {

@@ -303,9 +303,14 @@ func main() {
 						why = side + ": " + reason(l)
 					}
 				} else if cell(a) == "skip" || cell(a) == "fail" {
-					why = "(same) " + reason(r)
+					ra, rr := reason(a), reason(r)
+					if ra == rr {
+						why = "(same) " + rr
+					} else {
+						why = "(both) KCM: " + ra + " — kcm-rs: " + rr
+					}
 					if n := findNote(notes, version, s, n); n != "" {
-						why = "(same) " + n
+						why = "(both) " + n
 					}
 				}
 				fmt.Fprintf(&rows, "| `%s` | %s | %s | %s |\n", n, mark(a), mark(r), why)
