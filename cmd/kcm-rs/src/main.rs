@@ -3,6 +3,7 @@
 
 mod flags;
 mod kubeconfig;
+mod logging;
 mod registry;
 mod serve;
 mod tools;
@@ -21,31 +22,13 @@ use kcm_runtime::controller::{self, ControllerContext, ControllerSpec};
 use kcm_runtime::leader::{LeaderElectionConfig, LeaderElector};
 use tokio_util::sync::CancellationToken;
 
-use crate::flags::{Flags, LogFormat};
+use crate::flags::Flags;
 
 /// Why the process stopped: user errors exit 2, lost leadership or runtime
 /// failures exit 1.
 enum Failure {
     User(String),
     Runtime(String),
-}
-
-fn init_logging(flags: &Flags) {
-    let level = match flags.verbosity {
-        0..=1 => "info",
-        2..=3 => "debug",
-        _ => "trace",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    match flags.logging_format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
 }
 
 async fn kube_config(flags: &Flags) -> Result<kube::Config, Failure> {
@@ -68,6 +51,20 @@ fn behave_as(flag: Option<&str>, server: &str) -> Result<Emulation, Failure> {
     if let Some(w) = chosen.warning {
         tracing::warn!(server, emulated = %chosen.emulation, "{w}");
     }
+    let binary = chosen.emulation.binary();
+    let server_minor = chosen
+        .newer_server
+        .or_else(|| {
+            kcm_features::KubeVersion::from_git_version(server)
+                .ok()
+                .map(|v| v.minor())
+        })
+        .unwrap_or(binary.minor());
+    kcm_runtime::metrics::register_version_skew(
+        &format!("1.{server_minor}"),
+        &binary.to_string(),
+        i64::from(server_minor.saturating_sub(binary.minor())),
+    );
     Ok(chosen.emulation)
 }
 
@@ -390,7 +387,7 @@ fn main() -> ExitCode {
         return tools::main(args);
     }
     let flags = Flags::parse();
-    init_logging(&flags);
+    logging::init(flags.logging_format, flags.verbosity);
     let user_error = |msg: String| {
         eprintln!("error: {msg}");
         ExitCode::from(2)
