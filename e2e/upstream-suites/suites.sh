@@ -152,7 +152,7 @@ run() {
     [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
     set -e
     [[ -n "$suffix" ]] || echo "$(( $(date +%s) - t0 ))" > "$out/$impl-$s.seconds"
-    echo "   $(grep -c '"Action":"pass","Package' "$out/$impl-$s.json" || true) pass lines; $(( $(date +%s) - t0 ))s" >&2
+    echo "   $(grep -c '"Action":"pass","Package' "$out/$impl-$s$suffix.json" || true) pass lines; $(( $(date +%s) - t0 ))s" >&2
   done
   return $rc
 }
