@@ -501,7 +501,7 @@ func (p *Process) Stop() {
 				_ = p.cmd.Process.Kill()
 				<-p.exited
 				break wait
-			case <-time.After(20 * time.Millisecond):
+			case <-time.After(2 * time.Millisecond):
 				if wasRunning {
 					keep()
 				}
