@@ -84,6 +84,7 @@ pub const KINDS: &[(&str, &str)] = &[
     ("kustomization.yaml", "Kustomization"),
     ("base/kustomization.yaml", "Kustomization"),
     ("monitoring/kustomization.yaml", "Component"),
+    ("beside-kcm/kustomization.yaml", "Kustomization"),
     ("kind/1.34.yaml", "Cluster"),
     ("kind/1.35.yaml", "Cluster"),
     ("kind/1.36.yaml", "Cluster"),
