@@ -69,10 +69,14 @@ pub fn bin_dir_for(version: &str) -> PathBuf {
 }
 
 fn run_build(version: &str, extra: &[&str]) -> Result<(), HarnessError> {
+    run_build_in(&bin_dir(), version, extra)
+}
+
+fn run_build_in(out: &Path, version: &str, extra: &[&str]) -> Result<(), HarnessError> {
     let script = repo_root().join("e2e").join("harness").join("build.sh");
     let status = Command::new("bash")
         .arg(&script)
-        .arg(bin_dir())
+        .arg(out)
         .arg("--version")
         .arg(version)
         .args(extra)
@@ -118,6 +122,20 @@ pub fn ensure_built_for(version: &str) -> Result<PathBuf, HarnessError> {
             log_tail: String::new(),
         }),
     }
+}
+
+/// The binaries of `version` stamped to report `git_version` (`v1.38.0`)
+/// on `/version`, in `bin_dir()/stamp-<git_version>` (only the link step
+/// differs from the plain build: a few seconds once that version is built).
+pub fn ensure_built_stamped(version: &str, git_version: &str) -> Result<PathBuf, HarnessError> {
+    let version = normalize_version(version);
+    let out = bin_dir().join(format!("stamp-{git_version}"));
+    run_build_in(&out, &version, &["--git-version", git_version])?;
+    Ok(if version == DEFAULT_K8S_VERSION {
+        out
+    } else {
+        out.join(version)
+    })
 }
 
 /// Like [`ensure_built`], and also builds `kcm-e2e-kubectl` (for `make run`).

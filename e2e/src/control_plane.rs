@@ -88,7 +88,7 @@ impl ControlPlane {
     pub fn start_version_with_args(version: &str, extra_args: &str) -> Result<Self, HarnessError> {
         let dir = scratch_dir()?;
         let kubeconfig = dir.path().join("admin.kubeconfig");
-        Self::launch_version(dir, kubeconfig, 0, extra_args, version)
+        Self::launch_version(dir, kubeconfig, 0, extra_args, version, None)
     }
 
     /// [`ControlPlane::start`] of one Kubernetes version (`"1.37"`), whatever
@@ -97,7 +97,17 @@ impl ControlPlane {
     pub fn start_version(version: &str) -> Result<Self, HarnessError> {
         let dir = scratch_dir()?;
         let kubeconfig = dir.path().join("admin.kubeconfig");
-        Self::launch_version(dir, kubeconfig, 0, "", version)
+        Self::launch_version(dir, kubeconfig, 0, "", version, None)
+    }
+
+    /// [`ControlPlane::start_version`] of binaries stamped to report
+    /// `git_version` on `/version` (e.g. a 1.37 API server saying
+    /// `v1.38.0`, to play a control plane upgraded ahead of kcm-rs); built
+    /// by `build.sh --git-version` into their own cache folder.
+    pub fn start_stamped(version: &str, git_version: &str) -> Result<Self, HarnessError> {
+        let dir = scratch_dir()?;
+        let kubeconfig = dir.path().join("admin.kubeconfig");
+        Self::launch_version(dir, kubeconfig, 0, "", version, Some(git_version))
     }
 
     /// [`ControlPlane::start`] with an audit log of every request's
@@ -132,7 +142,14 @@ impl ControlPlane {
         port: u16,
         extra_args: &str,
     ) -> Result<Self, HarnessError> {
-        Self::launch_version(dir, kubeconfig, port, extra_args, &binaries::k8s_version())
+        Self::launch_version(
+            dir,
+            kubeconfig,
+            port,
+            extra_args,
+            &binaries::k8s_version(),
+            None,
+        )
     }
 
     fn launch_version(
@@ -141,12 +158,13 @@ impl ControlPlane {
         port: u16,
         extra_args: &str,
         version: &str,
+        stamp: Option<&str>,
     ) -> Result<Self, HarnessError> {
         // The harness picks free ports by binding and releasing them, so a
         // parallel test can take one first; etcd then fails to bind before
         // it writes any state, and a second try is clean.
         for attempt in 1.. {
-            match Self::launch_once(dir, kubeconfig.clone(), port, extra_args, version) {
+            match Self::launch_once(dir, kubeconfig.clone(), port, extra_args, version, stamp) {
                 Ok(cp) => return Ok(cp),
                 Err((e, back)) => {
                     let raced = matches!(&e, HarnessError::NotHealthy { log_tail, .. }
@@ -169,9 +187,14 @@ impl ControlPlane {
         port: u16,
         extra_args: &str,
         version: &str,
+        stamp: Option<&str>,
     ) -> Result<Self, (HarnessError, tempfile::TempDir)> {
         let version = binaries::normalize_version(version);
-        let bin = match binaries::ensure_built_for(&version) {
+        let built = match stamp {
+            Some(git_version) => binaries::ensure_built_stamped(&version, git_version),
+            None => binaries::ensure_built_for(&version),
+        };
+        let bin = match built {
             Ok(b) => b.join("kcm-e2e-apiserver"),
             Err(e) => return Err((e, dir)),
         };

@@ -111,7 +111,7 @@ fn versions_outside_1_34_to_1_37_are_refused_naming_the_override() {
     assert_user_error(&out, "cannot read a Kubernetes version");
 
     for (server, says) in [
-        ("v1.38.0", "Kubernetes 1.38 is not supported"),
+        ("v1.39.0", "Kubernetes 1.39 is not supported"),
         ("v1.33.7", "Kubernetes 1.33 is not supported"),
         ("not-a-version", "cannot read a Kubernetes version"),
     ] {
