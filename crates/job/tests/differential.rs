@@ -66,12 +66,20 @@ async fn run_gated(
         gates = gates.emulating(minor);
     }
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let _c = start_with(&cp, upstream, gates, &flags).await;
+    // Beside KCM needs JobManagedBy; with it off, kcm-rs replaces KCM.
+    let side = match Side::of(upstream) {
+        Side::Beside if !gates.enabled(kcm_features::Feature::JobManagedBy) => {
+            eprintln!("JobManagedBy off: kcm-rs replaces KCM in this run");
+            Side::Ours
+        }
+        side => side,
+    };
+    let _c = start_side(&cp, side, gates, &flags).await;
     let client = cp.client().await.expect("client");
     let ns = TestNamespace::create(&client, "diff").await.expect("ns");
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    jobs.create(&PostParams::default(), &job("j", spec))
+    jobs.create(&PostParams::default(), &job_on(side, "j", spec))
         .await
         .expect("create");
     drive(&jobs, &pods, "j", Duration::from_secs(90), kubelet).await;

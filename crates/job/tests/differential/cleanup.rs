@@ -61,6 +61,7 @@ async fn side(upstream: bool) -> Side {
     } else {
         let settings = Settings::default().with(kcm_job::JobSettings {
             concurrent_job_syncs: 1,
+            ..Default::default()
         });
         Controller::Ours(
             in_process::start_at(
@@ -100,7 +101,7 @@ async fn side(upstream: bool) -> Side {
 impl Side {
     fn who(&self) -> &'static str {
         match self.controller {
-            Controller::Ours(_) => "kcm-rs",
+            Controller::Ours(_) | Controller::Beside(..) => "kcm-rs",
             Controller::Upstream(_) => "upstream",
         }
     }
@@ -141,7 +142,7 @@ impl Side {
     fn tail(&self) -> String {
         let log = match &self.controller {
             Controller::Upstream(k) => kcm_e2e::control_plane::tail(k.log(), 30),
-            Controller::Ours(_) => String::new(),
+            Controller::Ours(_) | Controller::Beside(..) => String::new(),
         };
         format!("{log}\n{}", kcm_e2e::faults::summary(&self.proxy.records()))
     }

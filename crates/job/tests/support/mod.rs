@@ -42,6 +42,56 @@ pub fn job(name: &str, spec: serde_json::Value) -> Job {
 pub enum Controller {
     Ours(InProcess),
     Upstream(UpstreamKcm),
+    /// Upstream's job-controller and kcm-rs with `--job-managed-by`.
+    Beside(UpstreamKcm, InProcess),
+}
+
+/// The `spec.managedBy` kcm-rs answers to beside KCM in these tests.
+pub const MANAGED_BY: &str = "kcm-rs.dev/job-controller";
+
+/// Who runs the Job controller in one differential run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Upstream KCM's job-controller alone.
+    Upstream,
+    /// kcm-rs replacing it.
+    Ours,
+    /// Upstream's job-controller and kcm-rs with `--job-managed-by`, every
+    /// Job created with `spec.managedBy` naming kcm-rs.
+    Beside,
+}
+
+impl Side {
+    /// kcm-rs's side: [`Side::Beside`] under `KCM_DIFF_BESIDE=1`, which
+    /// plays the whole differential suite the third way.
+    pub fn ours() -> Side {
+        if std::env::var("KCM_DIFF_BESIDE").is_ok_and(|v| v == "1") {
+            Side::Beside
+        } else {
+            Side::Ours
+        }
+    }
+
+    pub fn of(upstream: bool) -> Side {
+        if upstream {
+            Side::Upstream
+        } else {
+            Side::ours()
+        }
+    }
+}
+
+/// [`job`], with `spec.managedBy` naming kcm-rs on [`Side::Beside`]
+/// (unless the spec names a controller itself).
+pub fn job_on(side: Side, name: &str, spec: serde_json::Value) -> Job {
+    let mut j = job(name, spec);
+    if let Some(s) = j.spec.as_mut()
+        && side == Side::Beside
+        && s.managed_by.is_none()
+    {
+        s.managed_by = Some(MANAGED_BY.into());
+    }
+    j
 }
 
 pub async fn start(cp: &ControlPlane, upstream: bool, gates: FeatureGates) -> Controller {
@@ -56,16 +106,36 @@ pub async fn start_with(
     gates: FeatureGates,
     upstream_flags: &[&str],
 ) -> Controller {
-    if upstream {
-        Controller::Upstream(
-            UpstreamKcm::start(cp, &["job-controller"], upstream_flags).expect("upstream KCM"),
-        )
-    } else {
-        Controller::Ours(
-            in_process::start(cp, &[kcm_job::SPEC], Settings::default(), gates)
-                .await
-                .expect("kcm-rs job controller"),
-        )
+    start_side(cp, Side::of(upstream), gates, upstream_flags).await
+}
+
+/// [`start_with`] for one [`Side`].
+pub async fn start_side(
+    cp: &ControlPlane,
+    side: Side,
+    gates: FeatureGates,
+    upstream_flags: &[&str],
+) -> Controller {
+    let kcm = || UpstreamKcm::start(cp, &["job-controller"], upstream_flags).expect("upstream KCM");
+    let settings = match side {
+        Side::Beside => Settings::default().with(kcm_job::JobSettings {
+            job_managed_by: Some(MANAGED_BY.into()),
+            ..Default::default()
+        }),
+        _ => Settings::default(),
+    };
+    let ours = || async {
+        in_process::start(cp, &[kcm_job::SPEC], settings, gates)
+            .await
+            .expect("kcm-rs job controller")
+    };
+    match side {
+        Side::Upstream => Controller::Upstream(kcm()),
+        Side::Ours => Controller::Ours(ours().await),
+        Side::Beside => {
+            let k = kcm();
+            Controller::Beside(k, ours().await)
+        }
     }
 }
 

@@ -17,8 +17,8 @@ use kube::api::ListParams;
 use parking_lot::Mutex;
 
 use super::{
-    Controller, Outcome, event_summary, finished, has_tracking, is_active, normalize, outcome,
-    phase, pod_shapes, start,
+    Controller, Outcome, Side, event_summary, finished, has_tracking, is_active, normalize,
+    outcome, phase, pod_shapes, start_side,
 };
 
 /// What a script works with.
@@ -31,7 +31,7 @@ pub struct Scn {
     /// Snapshots so far, in order.
     snaps: Arc<Mutex<Vec<(String, Snap)>>>,
     cp: Arc<ControlPlane>,
-    upstream: bool,
+    side: Side,
     /// The running controller, None while stopped.
     controller: Arc<Mutex<Option<Controller>>>,
 }
@@ -96,7 +96,10 @@ impl Scn {
     /// Creates Job `j` (the Job every script names) with `spec`.
     pub async fn create(&self, spec: serde_json::Value) {
         self.jobs
-            .create(&kube::api::PostParams::default(), &super::job("j", spec))
+            .create(
+                &kube::api::PostParams::default(),
+                &super::job_on(self.side, "j", spec),
+            )
             .await
             .expect("create job");
     }
@@ -107,7 +110,7 @@ impl Scn {
         self.jobs
             .create(
                 &kube::api::PostParams::default(),
-                &super::job("probe", serde_json::json!({"suspend": true})),
+                &super::job_on(self.side, "probe", serde_json::json!({"suspend": true})),
             )
             .await
             .expect("create probe");
@@ -139,7 +142,7 @@ impl Scn {
 
     /// Starts a fresh controller instance.
     pub async fn start_controller(&self) {
-        let c = start(&self.cp, self.upstream, FeatureGates::default()).await;
+        let c = start_side(&self.cp, self.side, FeatureGates::default(), &[]).await;
         *self.controller.lock() = Some(c);
     }
 
@@ -248,8 +251,9 @@ impl Scn {
 /// Plays `script` against one side (upstream or kcm-rs) on a fresh
 /// control plane; returns its snapshots.
 pub async fn play(upstream: bool, script: Script) -> Vec<(String, Snap)> {
+    let side = Side::of(upstream);
     let cp = Arc::new(ControlPlane::start().expect("cp"));
-    let c = start(&cp, upstream, FeatureGates::default()).await;
+    let c = start_side(&cp, side, FeatureGates::default(), &[]).await;
     let client = cp.client().await.expect("client");
     let ns = TestNamespace::create(&client, "diff").await.expect("ns");
     let scn = Scn {
@@ -259,7 +263,7 @@ pub async fn play(upstream: bool, script: Script) -> Vec<(String, Snap)> {
         client,
         snaps: Default::default(),
         cp,
-        upstream,
+        side,
         controller: Arc::new(Mutex::new(Some(c))),
     };
     script(scn.clone()).await;
