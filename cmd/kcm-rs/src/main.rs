@@ -231,6 +231,10 @@ async fn run(
     tracing::info!(
         feature_gates = %gates,
         controllers = ?selected.iter().map(|c| c.name).collect::<Vec<_>>(),
+        mode = match &flags.job.job_managed_by {
+            Some(name) => format!("beside kube-controller-manager: Jobs with spec.managedBy={name}"),
+            None => "replacing kube-controller-manager's controllers".to_string(),
+        },
         "starting"
     );
 
@@ -396,7 +400,13 @@ fn main() -> ExitCode {
         Ok(g) => g,
         Err(e) => return user_error(format!("--feature-gates: {e}")),
     };
-    let selected = match controller::select(registry::REGISTRY, &flags.controllers) {
+    // Beside KCM (--job-managed-by), KCM runs pod GC, taint eviction and
+    // disruption: the default `*` means the Job controller alone.
+    let controllers = match flags.job.job_managed_by {
+        Some(_) if flags.controllers == ["*"] => vec!["job-controller".to_string()],
+        _ => flags.controllers.clone(),
+    };
+    let selected = match controller::select(registry::REGISTRY, &controllers) {
         Ok(s) => s,
         Err(e) => return user_error(e.to_string()),
     };
