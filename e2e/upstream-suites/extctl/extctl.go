@@ -465,48 +465,24 @@ func (p *Process) waitReady(timeout time.Duration, cancelled <-chan struct{}) er
 	return nil
 }
 
-// Stop stops the process (SIGTERM, SIGKILL after 5 s) and waits for it to
-// exit, keeping its counters for later checks: it scrapes /metrics before the
-// signal and while the process drains (an in-process controller finishes the
-// sync it is in when its context ends, and so may a process), and keeps the
-// highest value of each counter. Idempotent.
+// Stop reads the process's counters for later checks, then kills it
+// (SIGKILL) and waits for it to exit. Not SIGTERM: kcm-rs stops serving
+// /metrics at SIGTERM and then drains its in-flight syncs, so what a drain
+// counts would be lost to the checks (KCM exits at SIGTERM without a drain,
+// so both stop alike). Idempotent.
 func (p *Process) Stop() {
 	p.stopOnce.Do(func() {
 		mu.Lock()
 		wasRunning := running[p]
 		delete(running, p)
 		mu.Unlock()
-		last := map[string]float64{}
-		keep := func() {
-			if s, err := p.scrape(); err == nil {
-				for k, v := range s {
-					if v > last[k] {
-						last[k] = v
-					}
-				}
-			}
-		}
+		var last map[string]float64
 		if wasRunning {
-			keep()
+			last, _ = p.scrape()
 		}
 		p.stopped.Store(true)
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		deadline := time.After(5 * time.Second)
-	wait:
-		for {
-			select {
-			case <-p.exited:
-				break wait
-			case <-deadline:
-				_ = p.cmd.Process.Kill()
-				<-p.exited
-				break wait
-			case <-time.After(2 * time.Millisecond):
-				if wasRunning {
-					keep()
-				}
-			}
-		}
+		_ = p.cmd.Process.Kill()
+		<-p.exited
 		_ = p.stdin.Close()
 		mu.Lock()
 		for k, v := range last {
