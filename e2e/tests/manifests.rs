@@ -365,13 +365,8 @@ async fn kcm_rs_runs_under_the_manifests_rbac() {
     // and no request of theirs was refused across the renewals (above).
     let renewed = audit::token_requests(&cp.audit_log(), &audit::sa("kcm-rs"));
     eprintln!("TokenRequests by account: {renewed:?}");
-    for account in [
-        "job-controller",
-        "pod-garbage-collector",
-        "taint-eviction-controller",
-        "disruption-controller",
-    ] {
-        let n = renewed.get(account).copied().unwrap_or(0);
+    for account in CONTROLLER_ACCOUNTS {
+        let n = renewed.get(*account).copied().unwrap_or(0);
         assert!(n >= 2, "{account}: {n} TokenRequests, no renewal");
     }
     // At --v=10 the log holds no token: neither the ones kcm-rs minted for
@@ -468,8 +463,8 @@ async fn secured_metrics(admin: &kube::Client, port: u16) -> String {
 /// status: both refused by RBAC.
 async fn cross_writes_are_denied(cp: &ControlPlane, admin: &kube::Client, ns: &str) {
     for (account, what) in [
-        ("pod-garbage-collector", "create a pod"),
-        ("taint-eviction-controller", "delete a Job"),
+        ("kcm-rs-pod-garbage-collector", "create a pod"),
+        ("kcm-rs-taint-eviction-controller", "delete a Job"),
     ] {
         let token = sa_token(admin, "kube-system", account).await;
         let kc = cp.dir().join(format!("{account}.kubeconfig"));
@@ -498,21 +493,21 @@ async fn cross_writes_are_denied(cp: &ControlPlane, admin: &kube::Client, ns: &s
 /// Grants that no request can show: (identity, verb, resource, why).
 const ADMISSION_ONLY: &[(&str, &str, &str, &str)] = &[
     (
-        "job-controller",
+        "kcm-rs-job-controller",
         "update",
         "batch/jobs/finalizers",
         "admission-only: OwnerReferencesPermissionEnforcement checks it when a pod with \
          blockOwnerDeletion is created",
     ),
     (
-        "job-controller",
+        "kcm-rs-job-controller",
         "patch",
         "/events",
         "repeat-only: the recorder patches an event's count when it repeats (the \
          disruption controller's identity does so in this run)",
     ),
     (
-        "taint-eviction-controller",
+        "kcm-rs-taint-eviction-controller",
         "patch",
         "/events",
         "repeat-only: as the job-controller's",
@@ -530,19 +525,18 @@ const ADMISSION_ONLY: &[(&str, &str, &str, &str)] = &[
 /// their roles was used (or is admission-only).
 fn least_privilege_from_the_audit_log(cp: &ControlPlane) {
     let usage = audit::read(&cp.audit_log());
-    let ours = [
-        "kcm-rs",
-        "job-controller",
-        "pod-garbage-collector",
-        "taint-eviction-controller",
-        "disruption-controller",
-    ];
+    let ours: Vec<&str> = std::iter::once("kcm-rs")
+        .chain(CONTROLLER_ACCOUNTS.iter().copied())
+        .collect();
     // The two cross writes above, refused on purpose; nothing else may be.
     let meant = [
-        format!("{} create /pods -> 403", audit::sa("pod-garbage-collector")),
+        format!(
+            "{} create /pods -> 403",
+            audit::sa("kcm-rs-pod-garbage-collector")
+        ),
         format!(
             "{} delete batch/jobs -> 403",
-            audit::sa("taint-eviction-controller")
+            audit::sa("kcm-rs-taint-eviction-controller")
         ),
         // start_kcm_rs checks that the process's own identity cannot.
         format!("{} list /secrets -> 403", audit::sa("kcm-rs")),
@@ -574,11 +568,13 @@ fn least_privilege_from_the_audit_log(cp: &ControlPlane) {
     };
     let mut unused = Vec::new();
     eprintln!("| identity | grant (verb resource) | requests in the audit log |\n|---|---|--:|");
-    for account in ours {
+    for &account in &ours {
         let role = if account == "kcm-rs" {
             "system:kcm-rs".to_string()
         } else {
-            format!("system:kcm-rs:{account}")
+            // kcm-rs-<controller> is bound to system:kcm-rs:<controller>.
+            let controller = account.strip_prefix("kcm-rs-").unwrap_or(account);
+            format!("system:kcm-rs:{controller}")
         };
         let used = usage
             .uses

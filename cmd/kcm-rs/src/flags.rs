@@ -175,11 +175,18 @@ pub struct Flags {
     pub authorization_always_allow_paths: Vec<String>,
 
     /// Give each controller its own ServiceAccount token (TokenRequest
-    /// API, `kube-system/<controller client name>`), as KCM's flag.
+    /// API, `kube-system/<prefix><controller client name>`), as KCM's flag.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set,
         num_args = 0..=1, require_equals = true, default_missing_value = "true",
         value_parser = parse_go_bool)]
     pub use_service_account_credentials: bool,
+
+    /// Prefix of the controllers' ServiceAccount names in kube-system
+    /// (`<prefix><controller client name>`, e.g. `kcm-rs-job-controller`).
+    /// Not KCM's names: kube-apiserver binds those to its broad bootstrap
+    /// roles on every start. An empty prefix uses KCM's names.
+    #[arg(long, default_value = "kcm-rs-")]
+    pub controller_service_account_prefix: String,
 
     /// Renew controller tokens this often instead of at 80 % of their
     /// lifetime. For tests.

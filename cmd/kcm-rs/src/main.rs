@@ -177,10 +177,17 @@ async fn controller_identities(
         &ClientOptions::for_component("token-requests"),
     )
     .map_err(|e| Failure::Runtime(e.to_string()))?;
+    // Bound to this pod when known, so a stolen token dies with the replica.
+    let bound = identity::BoundPod::from_env();
     for spec in selected {
+        let account = format!(
+            "{}{}",
+            flags.controller_service_account_prefix, spec.client_name
+        );
         let token = identity::service_account_token(
             client.clone(),
-            spec.client_name,
+            &account,
+            bound.clone(),
             stop.child_token(),
             flags.service_account_token_renewal,
         )
@@ -188,7 +195,8 @@ async fn controller_identities(
         .map_err(|e| Failure::User(e.to_string()))?;
         tracing::info!(
             controller = spec.name,
-            service_account = spec.client_name,
+            service_account = %account,
+            bound_to_pod = bound.as_ref().map(|p| p.name.as_str()),
             "using its own identity"
         );
         map.insert(spec.client_name.to_string(), token);

@@ -11,7 +11,6 @@ use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod, PodCondition, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kcm_e2e::ControlPlane;
 use kcm_e2e::binaries::repo_root;
 use kcm_e2e::control_plane::{client_from_kubeconfig, tail};
@@ -423,13 +422,14 @@ pub async fn sa_token(admin: &kube::Client, ns: &str, name: &str) -> String {
     tr.status.and_then(|s| s.token).expect("token")
 }
 
-/// Upstream's bootstrap bindings for KCM's controller ServiceAccounts,
-/// which kcm-rs's controllers share by name: removed, so that only
-/// `base/rbac.yaml` grants them anything.
-pub const BOOTSTRAP_BINDINGS: &[&str] = &[
-    "system:controller:job-controller",
-    "system:controller:pod-garbage-collector",
-    "system:controller:disruption-controller",
+/// The controllers' ServiceAccounts in `base/rbac.yaml`: none of them is a
+/// name kube-apiserver's bootstrap policy binds, so the API server's
+/// bootstrap bindings stay in place in these tests.
+pub const CONTROLLER_ACCOUNTS: &[&str] = &[
+    "kcm-rs-job-controller",
+    "kcm-rs-pod-garbage-collector",
+    "kcm-rs-taint-eviction-controller",
+    "kcm-rs-disruption-controller",
 ];
 
 /// Starts kcm-rs with the Deployment's flags as `kube-system/kcm-rs`.
@@ -441,10 +441,6 @@ pub async fn start_kcm_rs(
     bin: &Path,
     secure: bool,
 ) -> KcmRs {
-    let crbs: Api<ClusterRoleBinding> = Api::all(admin.clone());
-    for name in BOOTSTRAP_BINDINGS {
-        let _ = crbs.delete(name, &Default::default()).await;
-    }
     let ns_api: Api<Namespace> = Api::all(admin.clone());
     if ns_api.get_opt("kube-system").await.expect("get").is_none() {
         create(&ns_api, json!({ "metadata": { "name": "kube-system" } })).await;
@@ -501,6 +497,14 @@ pub async fn start_kcm_rs(
     let out = std::fs::File::create(&log).expect("log");
     let mut cmd = Command::new(bin);
     cmd.args(&args).stdin(Stdio::null());
+    if secure {
+        // As the Deployment's downward API: the controllers' tokens are then
+        // bound to this (never scheduled) pod, which the API server checks.
+        let pods: Api<Pod> = Api::namespaced(admin.clone(), "kube-system");
+        let me = create(&pods, pod("kcm-rs-self", "kcm-rs-self", None)).await;
+        cmd.env("POD_NAME", me.name_any());
+        cmd.env("POD_UID", me.uid().expect("uid"));
+    }
     cmd.stdout(out.try_clone().expect("log")).stderr(out);
     let child = cmd.spawn().expect("spawn kcm-rs");
     KcmRs { child, port, log }

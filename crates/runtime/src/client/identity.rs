@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use http::{HeaderValue, Request, header};
 use jiff::Timestamp;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Api;
 use kube::api::PostParams;
@@ -24,8 +24,9 @@ use tower::{Layer, Service};
 
 /// Where KCM keeps its controllers' ServiceAccounts.
 pub const NAMESPACE: &str = "kube-system";
-/// Token lifetime asked for (the API server may shorten it).
-pub const TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
+/// Token lifetime asked for: the TokenRequest API's minimum (600 s), so a
+/// leaked token is short-lived; renewed at 80 % (8 minutes).
+pub const TOKEN_LIFETIME: Duration = Duration::from_secs(600);
 /// Renew once this fraction of a token's lifetime has passed.
 const RENEW_AT: f64 = 0.8;
 
@@ -43,6 +44,26 @@ pub enum IdentityError {
     },
     #[error("TokenRequest for ServiceAccount {NAMESPACE}/{0} returned no usable token")]
     Empty(String),
+}
+
+/// The pod a token is bound to (`boundObjectRef`): the API server rejects
+/// the token once that pod is gone, so a copy dies with the replica.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoundPod {
+    pub name: String,
+    pub uid: String,
+}
+
+impl BoundPod {
+    /// From the downward-API variables `POD_NAME` and `POD_UID` (the
+    /// Deployment sets them); `None` outside a pod.
+    pub fn from_env() -> Option<Self> {
+        let get = |k| std::env::var(k).ok().filter(|v: &String| !v.is_empty());
+        Some(BoundPod {
+            name: get("POD_NAME")?,
+            uid: get("POD_UID")?,
+        })
+    }
 }
 
 /// The current bearer token of one controller, shared with its client.
@@ -86,11 +107,18 @@ fn bearer(account: &str, token: &str) -> Result<HeaderValue, IdentityError> {
 async fn request_token(
     client: &kube::Client,
     account: &str,
+    bound: Option<&BoundPod>,
 ) -> Result<(String, Timestamp), IdentityError> {
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
     let req = TokenRequest {
         spec: Some(TokenRequestSpec {
             expiration_seconds: i64::try_from(TOKEN_LIFETIME.as_secs()).ok(),
+            bound_object_ref: bound.map(|p| BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(p.name.clone()),
+                uid: Some(p.uid.clone()),
+            }),
             ..Default::default()
         }),
         ..Default::default()
@@ -129,10 +157,11 @@ pub fn renew_after(now: Timestamp, expires: Timestamp) -> Duration {
 pub async fn service_account_token(
     client: kube::Client,
     account: &str,
+    bound: Option<BoundPod>,
     stop: CancellationToken,
     every: Option<Duration>,
 ) -> Result<TokenSource, IdentityError> {
-    let (token, mut expires) = request_token(&client, account).await?;
+    let (token, mut expires) = request_token(&client, account, bound.as_ref()).await?;
     let source = TokenSource::new(account, &token)?;
     let renewing = source.clone();
     let next = move |expires| every.unwrap_or_else(|| renew_after(Timestamp::now(), expires));
@@ -144,7 +173,7 @@ pub async fn service_account_token(
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(wait) => {}
             }
-            match request_token(&client, renewing.account()).await {
+            match request_token(&client, renewing.account(), bound.as_ref()).await {
                 Ok((token, exp)) if renewing.set(&token).is_ok() => {
                     expires = exp;
                     backoff = Duration::from_secs(1);
