@@ -148,11 +148,39 @@ pub fn what_if(
     })
 }
 
-pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, ToolError> {
-    let config = crate::kubeconfig::load_or_infer(kubeconfig)
-        .await
-        .map_err(ToolError)?;
-    kube::Client::try_from(config).map_err(|e| ToolError(format!("building a client: {e}")))
+/// A client for `--kubeconfig`/`--context` (else in-cluster or
+/// `$KUBECONFIG`), and the namespace that configuration names (the
+/// context's `namespace`, in-cluster the pod's own, else `default`), as
+/// kubectl picks it when `-n` is not given.
+pub async fn client(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+) -> Result<(kube::Client, String), ToolError> {
+    let config = match context {
+        None => crate::kubeconfig::load_or_infer(kubeconfig)
+            .await
+            .map_err(ToolError)?,
+        Some(ctx) => {
+            let opts = kube::config::KubeConfigOptions {
+                context: Some(ctx.to_string()),
+                ..Default::default()
+            };
+            let loaded = match kubeconfig {
+                Some(p) => {
+                    let kc = kube::config::Kubeconfig::read_from(p).map_err(|e| {
+                        ToolError(format!("reading kubeconfig {}: {e}", p.display()))
+                    })?;
+                    kube::Config::from_custom_kubeconfig(kc, &opts).await
+                }
+                None => kube::Config::from_kubeconfig(&opts).await,
+            };
+            loaded.map_err(|e| ToolError(format!("--context {ctx}: {e}")))?
+        }
+    };
+    let namespace = config.default_namespace.clone();
+    let client =
+        kube::Client::try_from(config).map_err(|e| ToolError(format!("building a client: {e}")))?;
+    Ok((client, namespace))
 }
 
 /// The Job, the pods it controls and its namespace's events.

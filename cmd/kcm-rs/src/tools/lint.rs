@@ -11,21 +11,32 @@ use serde_json::Value;
 
 use super::{Output, ToolError, input};
 
+/// Which namespaces a cluster lint reads: `-A`, or `-n` (else the
+/// kubeconfig context's namespace, as kubectl).
+pub enum Scope {
+    All,
+    Namespace(Option<String>),
+}
+
 pub async fn run(
     files: &[PathBuf],
-    namespace: Option<&str>,
+    scope: Scope,
     output: Output,
     kubeconfig: Option<&Path>,
+    context: Option<&str>,
 ) -> Result<ExitCode, ToolError> {
     let mut docs: Vec<Value> = Vec::new();
     if files.is_empty() {
-        let client = input::client(kubeconfig).await?;
-        let (jobs, crons): (Api<Job>, Api<CronJob>) = match namespace {
-            Some(ns) => (
-                Api::namespaced(client.clone(), ns),
-                Api::namespaced(client, ns),
-            ),
-            None => (Api::all(client.clone()), Api::all(client)),
+        let (client, context_ns) = input::client(kubeconfig, context).await?;
+        let (jobs, crons): (Api<Job>, Api<CronJob>) = match scope {
+            Scope::Namespace(ns) => {
+                let ns = ns.unwrap_or(context_ns);
+                (
+                    Api::namespaced(client.clone(), &ns),
+                    Api::namespaced(client, &ns),
+                )
+            }
+            Scope::All => (Api::all(client.clone()), Api::all(client)),
         };
         let lp = ListParams::default();
         for j in jobs

@@ -46,6 +46,9 @@ struct Cluster {
     /// Path to a kubeconfig file; in-cluster config or $KUBECONFIG when unset.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (its namespace is the default for -n).
+    #[arg(long)]
+    context: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -58,7 +61,8 @@ enum Command {
     Explain {
         /// `job` (the only kind explained).
         kind: Option<String>,
-        /// NAMESPACE/NAME (or NAME with -n).
+        /// NAMESPACE/NAME, or NAME in -n's namespace (default: the
+        /// kubeconfig context's).
         target: Option<String>,
         #[arg(short = 'n', long)]
         namespace: Option<String>,
@@ -98,9 +102,13 @@ enum Command {
         /// Manifest files (`-` for stdin); none: the Jobs and CronJobs of
         /// the cluster.
         files: Vec<PathBuf>,
-        /// With no files: only this namespace.
-        #[arg(short = 'n', long)]
+        /// With no files: this namespace (default: the kubeconfig
+        /// context's).
+        #[arg(short = 'n', long, conflicts_with = "all_namespaces")]
         namespace: Option<String>,
+        /// With no files: every namespace.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
         #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
         output: Output,
         #[command(flatten)]
@@ -195,8 +203,11 @@ async fn run(command: Command) -> Result<ExitCode, ToolError> {
                             "name the Job: kcm-rs explain job NAMESPACE/NAME, or -f FILE".into(),
                         )
                     })?;
-                    let (ns, name) = split_target(&target, namespace.as_deref())?;
-                    let client = input::client(cluster.kubeconfig.as_deref()).await?;
+                    let (client, context_ns) =
+                        input::client(cluster.kubeconfig.as_deref(), cluster.context.as_deref())
+                            .await?;
+                    let default_ns = namespace.unwrap_or(context_ns);
+                    let (ns, name) = split_target(&target, &default_ns)?;
                     input::from_cluster(client, &ns, &name).await?
                 }
             };
@@ -231,27 +242,34 @@ async fn run(command: Command) -> Result<ExitCode, ToolError> {
         Command::Lint {
             files,
             namespace,
+            all_namespaces,
             output,
             cluster,
         } => {
+            let scope = if all_namespaces {
+                lint::Scope::All
+            } else {
+                lint::Scope::Namespace(namespace)
+            };
             lint::run(
                 &files,
-                namespace.as_deref(),
+                scope,
                 output,
                 cluster.kubeconfig.as_deref(),
+                cluster.context.as_deref(),
             )
             .await
         }
     }
 }
 
-fn split_target(target: &str, namespace: Option<&str>) -> Result<(String, String), ToolError> {
-    match (target.split_once('/'), namespace) {
-        (Some((ns, name)), _) if !ns.is_empty() && !name.is_empty() => {
+/// `NAMESPACE/NAME`, or `NAME` in `namespace` (-n, else the context's).
+fn split_target(target: &str, namespace: &str) -> Result<(String, String), ToolError> {
+    match target.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() => {
             Ok((ns.to_string(), name.to_string()))
         }
-        (None, Some(ns)) if !target.is_empty() => Ok((ns.to_string(), target.to_string())),
-        (None, None) if !target.is_empty() => Ok(("default".into(), target.to_string())),
+        None if !target.is_empty() => Ok((namespace.to_string(), target.to_string())),
         _ => Err(ToolError(format!(
             "{target:?} is not NAMESPACE/NAME (or NAME with -n NAMESPACE)"
         ))),
@@ -265,15 +283,15 @@ mod tests {
     #[test]
     fn targets() {
         assert_eq!(
-            split_target("a/b", None).ok(),
+            split_target("a/b", "x").ok(),
             Some(("a".to_string(), "b".to_string()))
         );
         assert_eq!(
-            split_target("b", Some("x")).ok(),
+            split_target("b", "x").ok(),
             Some(("x".to_string(), "b".to_string()))
         );
-        assert!(split_target("a/", None).is_err());
-        assert!(split_target("/b", None).is_err());
+        assert!(split_target("a/", "x").is_err());
+        assert!(split_target("/b", "x").is_err());
     }
 
     #[test]
