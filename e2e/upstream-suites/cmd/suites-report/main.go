@@ -92,7 +92,7 @@ func load(path string) (*run, error) {
 			// Only lines a reason can come from: the tests' own lines, the
 			// harness's, and error lines (a refusal's message).
 			o := strings.TrimRight(e.Output, "\n")
-			if len(l.output) < 400 && (failLine.MatchString(o) || strings.Contains(o, "extctl") || errorLine.MatchString(o)) {
+			if len(l.output) < 400 && (failLine.MatchString(o) || strings.Contains(o, "extctl") || errorLine.MatchString(o) || startError.MatchString(o)) {
 				l.output = append(l.output, o)
 			}
 		}
@@ -117,9 +117,10 @@ func (r *run) leaves() []string {
 }
 
 var (
-	failLine  = regexp.MustCompile(`^\s+\S+_test\.go:\d+: `)
-	extctlErr = regexp.MustCompile(`extctl: .*did not become ready|extctl: KCM_UNDER_TEST`)
-	errorLine = regexp.MustCompile(`(?i)\berror\b[: ]`)
+	failLine   = regexp.MustCompile(`^\s+\S+_test\.go:\d+: `)
+	extctlErr  = regexp.MustCompile(`extctl: .*did not become ready|extctl: KCM_UNDER_TEST`)
+	errorLine  = regexp.MustCompile(`(?i)\berror\b[: ]`)
+	startError = regexp.MustCompile(`^\s*(error|Error):|"command failed"`)
 )
 
 // reason is the first line that says why a leaf failed or was skipped.
@@ -142,10 +143,13 @@ func reason(l *leaf) string {
 	}
 	for i, o := range l.output {
 		if extctlErr.MatchString(o) {
-			// The refusal: the process's own error line, if it printed one.
-			for _, p := range l.output[i:] {
-				if errorLine.MatchString(p) && !strings.Contains(p, "extctl:") {
-					return "refused at start: " + trim(p)
+			// The refusal: the process's own error line, if it printed one
+			// (kcm-rs: "error: ...", KCM: "command failed" err=...).
+			for _, re := range []*regexp.Regexp{startError, errorLine} {
+				for _, p := range l.output[i:] {
+					if re.MatchString(p) && !strings.Contains(p, "extctl:") && !strings.Contains(p, `"level":"warn"`) {
+						return "refused at start: " + trim(p)
+					}
 				}
 			}
 			return trim(o)
