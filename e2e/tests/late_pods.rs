@@ -33,7 +33,7 @@ use serde_json::json;
 const TRACKING: &str = "batch.kubernetes.io/job-tracking";
 /// Long enough to kill the sender, start another process and let it fail
 /// the Job (and, in the second case, kill that one too).
-const HOLD: Duration = Duration::from_secs(20);
+const HOLD: Duration = Duration::from_secs(35);
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Ctl {
@@ -125,7 +125,14 @@ fn counters(s: Option<&JobStatus>) -> String {
         .conditions
         .unwrap_or_default()
         .iter()
-        .map(|c| format!("{}={}/{}", c.type_, c.status, c.reason.clone().unwrap_or_default()))
+        .map(|c| {
+            format!(
+                "{}={}/{}",
+                c.type_,
+                c.status,
+                c.reason.clone().unwrap_or_default()
+            )
+        })
         .collect();
     format!(
         "active={:?} succeeded={:?} failed={:?} ready={:?} terminating={:?} uncounted={:?} conditions={conds:?}",
@@ -148,7 +155,10 @@ async fn held(proxy: &FaultProxy) {
         .iter()
         .any(|r| r.fault == Some(Fault::Delay) && r.forwarded.is_none())
     {
-        assert!(began.elapsed() < Duration::from_secs(30), "no pod create held");
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "no pod create held"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -197,16 +207,45 @@ async fn late_pod(e: &Env) -> Pod {
                 return p;
             }
         }
-        assert!(began.elapsed() < HOLD * 2, "the held pod create never landed");
+        assert!(
+            began.elapsed() < HOLD * 2,
+            "the held pod create never landed"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
 /// Whether the late pod's finalizer is gone within `within`.
 async fn released_within(pods: &Api<Pod>, name: &str, within: Duration) -> bool {
-    wait_for(pods, name, within, "no tracking finalizer", |p| !has_tracking(p))
-        .await
-        .is_ok()
+    wait_for(pods, name, within, "no tracking finalizer", |p| {
+        !has_tracking(p)
+    })
+    .await
+    .is_ok()
+}
+
+/// The late pod loses its finalizer within `within`, and the finished
+/// Job's status stays as it was at the finish; then `kcm` is stopped.
+async fn released_and_unchanged(
+    e: &Env,
+    name: &str,
+    within: Duration,
+    at_finish: &str,
+    mut kcm: Child,
+) {
+    assert!(
+        released_within(&e.pods, name, within).await,
+        "the tracking finalizer stayed on {name}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let job = e.jobs.get("late").await.expect("job");
+    assert_eq!(
+        counters(job.status.as_ref()),
+        at_finish,
+        "the finished Job changed"
+    );
+    let _ = kcm.kill();
+    let _ = kcm.wait();
 }
 
 #[tokio::test]
@@ -214,19 +253,11 @@ async fn a_create_that_lands_after_the_job_finished_loses_its_finalizer() {
     let e = env("late-running").await;
     let mut first = spawn(&e.cp, Ctl::KcmRs, e.proxy.kubeconfig(), "first.log");
     create_job(&e.jobs).await;
-    let (mut kcm, at_finish) = finish_while_held(&e, Ctl::KcmRs, &mut first).await;
+    let (kcm, at_finish) = finish_while_held(&e, Ctl::KcmRs, &mut first).await;
     let pod = late_pod(&e).await;
     let name = pod.metadata.name.clone().expect("name");
     // (It may be released before this first look.)
-    assert!(
-        released_within(&e.pods, &name, Duration::from_secs(20)).await,
-        "the tracking finalizer stayed on {name}"
-    );
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let job = e.jobs.get("late").await.expect("job");
-    assert_eq!(counters(job.status.as_ref()), at_finish, "the finished Job changed");
-    let _ = kcm.kill();
-    let _ = kcm.wait();
+    released_and_unchanged(&e, &name, Duration::from_secs(20), &at_finish, kcm).await;
 }
 
 #[tokio::test]
@@ -240,16 +271,8 @@ async fn a_create_that_lands_while_kcm_rs_is_down_loses_its_finalizer_at_restart
     let pod = late_pod(&e).await;
     let name = pod.metadata.name.clone().expect("name");
     assert!(has_tracking(&pod), "the late pod carries the finalizer");
-    let mut third = spawn(&e.cp, Ctl::KcmRs, e.proxy.kubeconfig(), "third.log");
-    assert!(
-        released_within(&e.pods, &name, Duration::from_secs(30)).await,
-        "the restarted kcm-rs left the tracking finalizer on {name}"
-    );
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let job = e.jobs.get("late").await.expect("job");
-    assert_eq!(counters(job.status.as_ref()), at_finish, "the finished Job changed");
-    let _ = third.kill();
-    let _ = third.wait();
+    let third = spawn(&e.cp, Ctl::KcmRs, e.proxy.kubeconfig(), "third.log");
+    released_and_unchanged(&e, &name, Duration::from_secs(30), &at_finish, third).await;
 }
 
 /// Upstream's behaviour under the same race, for the record: the pod keeps
@@ -271,5 +294,8 @@ async fn upstream_keeps_the_finalizer() {
     );
     let _ = kcm.kill();
     let _ = kcm.wait();
-    assert!(!released, "upstream released it: the race is not upstream's");
+    assert!(
+        !released,
+        "upstream released it: the race is not upstream's"
+    );
 }

@@ -123,12 +123,26 @@ pub(super) fn check_counts(history: &PodHistory, jobs: &[Job], out: &mut Vec<Str
     }
 }
 
+/// What [`check_pods`] read off the pod history for the audit check.
+pub(super) struct Seen {
+    /// Pods seen terminal.
+    pub terminal: HashSet<String>,
+    /// Pods seen with `DisruptionTarget` True no later than their first
+    /// state with a deletionTimestamp.
+    pub target_before_delete: HashSet<String>,
+}
+
 /// Parallelism, and DisruptionTarget before delete, from the pod history.
+/// `late`: pods whose create reached the API server after its sender was
+/// gone (a killed process's delayed request): no live controller decided
+/// them, so they are left out of the parallelism count (the controller
+/// then removes the surplus, which the outcome comparison covers).
 pub(super) fn check_pods(
     history: &PodHistory,
     jobs: &[Job],
+    late: &HashSet<String>,
     report: &mut ChaosReport,
-) -> HashSet<String> {
+) -> Seen {
     let parallelism: HashMap<String, i32> = jobs
         .iter()
         .map(|j| {
@@ -140,6 +154,8 @@ pub(super) fn check_pods(
     let mut state: HashMap<String, (String, bool)> = HashMap::new(); // pod -> (job, active)
     let mut terminal_seen: HashSet<String> = HashSet::new();
     let mut with_dt: HashSet<String> = HashSet::new();
+    let mut deleting: HashSet<String> = HashSet::new();
+    let mut target_before_delete: HashSet<String> = HashSet::new();
     for seen in &events {
         let p = seen.pod();
         let name = name_of(p);
@@ -154,13 +170,19 @@ pub(super) fn check_pods(
             .as_ref()
             .and_then(|s| s.phase.as_deref())
             .unwrap_or("");
-        let active = !seen.deleting() && !matches!(phase, "Succeeded" | "Failed");
+        let active =
+            !seen.deleting() && !matches!(phase, "Succeeded" | "Failed") && !late.contains(&name);
         state.insert(name.clone(), (job.clone(), active));
         if matches!(phase, "Succeeded" | "Failed") {
             terminal_seen.insert(name.clone());
         }
-        if condition(p, "DisruptionTarget").is_some_and(|c| c.status == "True") {
+        let target = condition(p, "DisruptionTarget").is_some_and(|c| c.status == "True");
+        let first_deleting = seen.deleting() && deleting.insert(name.clone());
+        if target {
             with_dt.insert(name.clone());
+            if !seen.deleting() || first_deleting {
+                target_before_delete.insert(name.clone());
+            }
         }
         let n = state.values().filter(|(j, a)| *j == job && *a).count();
         let max = parallelism.get(&job).copied().unwrap_or(i32::MAX);
@@ -172,7 +194,10 @@ pub(super) fn check_pods(
     }
     report.pods = state.len();
     report.evicted = with_dt.len();
-    terminal_seen
+    Seen {
+        terminal: terminal_seen,
+        target_before_delete,
+    }
 }
 
 /// From the audit log: every pod DELETE by taint eviction or pod GC came
@@ -180,13 +205,17 @@ pub(super) fn check_pods(
 /// `DisruptionTarget` append), except pod GC's deletes of terminated pods,
 /// which upstream makes without one. (Other components may delete a pod
 /// first; the taint manager may then still append its condition, as
-/// upstream does, so the order is checked per deleting component.)
+/// upstream does, so the order is checked per deleting component.) A PATCH
+/// the server applied but answered with an error (a 504 from an overloaded
+/// server) is not a 2xx in the log; the pod history then shows the
+/// condition before the deletion, which is what the order is for.
 pub(super) fn check_disruption_order(
     audit: &std::path::Path,
     ns: &str,
-    terminal: &HashSet<String>,
+    seen: &Seen,
     out: &mut Vec<String>,
 ) -> usize {
+    let terminal = &seen.terminal;
     let Ok(text) = std::fs::read_to_string(audit) else {
         out.push("no audit log".into());
         return 0;
@@ -217,7 +246,10 @@ pub(super) fn check_disruption_order(
             (Some("delete"), None) if ok => {
                 deletes += 1;
                 let exempt = component == "pod-garbage-collector" && terminal.contains(&pod);
-                if !exempt && !patched.contains(&(component.to_string(), pod.clone())) {
+                if !exempt
+                    && !patched.contains(&(component.to_string(), pod.clone()))
+                    && !seen.target_before_delete.contains(&pod)
+                {
                     out.push(format!(
                         "{pod}: deleted by {component} before its DisruptionTarget"
                     ));

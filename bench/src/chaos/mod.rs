@@ -23,7 +23,7 @@
 //! own (e.g. its start-up probe met a fault) is logged in
 //! [`ChaosReport::exits`] and it is started again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -434,9 +434,20 @@ pub async fn run(
     let names = trace::pod_names(&pods_history);
     check_jobs(&jobs_history.lock(), &names, &mut report.violations);
     check_counts(&pods_history, &final_jobs, &mut report.violations);
-    let terminal = check_pods(&pods_history, &final_jobs, &mut report);
+    let late: HashSet<String> = records
+        .iter()
+        .filter(|r| r.landed_after_client())
+        .filter_map(|r| r.created.clone())
+        .collect();
+    if !late.is_empty() {
+        eprintln!(
+            "chaos: {} pods created by requests that landed after their sender died: {late:?}",
+            late.len()
+        );
+    }
+    let seen = check_pods(&pods_history, &final_jobs, &late, &mut report);
     report.disruption_deletes =
-        check_disruption_order(&cp.audit_log(), &ns.name, &terminal, &mut report.violations);
+        check_disruption_order(&cp.audit_log(), &ns.name, &seen, &mut report.violations);
     jobs_task.abort();
     sim_task.abort();
     faults::write_records(&cp.dir().join("fault-proxy.log"), &records)?;

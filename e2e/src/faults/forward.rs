@@ -154,27 +154,52 @@ fn stream(body: Incoming, guard: Guard, cut_at: Option<tokio::time::Instant>) ->
 }
 
 /// Forwards `up` after `hold` from a task of its own, so the request lands
-/// even if its client is gone by then (killed, or gave up).
+/// even if its client is gone by then (killed, or gave up). The answer is
+/// read whole, and a created object's name recorded ([`Record::created`]):
+/// a checker must know which objects no live client asked for.
 async fn forward_later(
     inner: Arc<Inner>,
     id: usize,
     up: Request<Full<Bytes>>,
     hold: std::time::Duration,
-) -> Result<Response<Incoming>, String> {
+) -> Result<Response<Out>, String> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
         tokio::time::sleep(hold).await;
         inner.update(id, |r| r.forwarded = Some(SystemTime::now()));
-        let answer = inner.client.request(up).await.map_err(|e| e.to_string());
-        // Recorded here too: the client may be gone, and `handle` with it.
-        if let Ok(r) = &answer {
-            let status = r.status().as_u16();
-            inner.update(id, |rec| rec.status = Some(status));
+        let answer = match inner.client.request(up).await {
+            Ok(r) => {
+                let (head, body) = r.into_parts();
+                match body.collect().await {
+                    Ok(b) => Ok((head, b.to_bytes())),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        // Recorded here: the client may be gone, and `handle` with it.
+        if let Ok((head, body)) = &answer {
+            let status = head.status.as_u16();
+            let created = (status == 201)
+                .then(|| serde_json::from_slice::<serde_json::Value>(body).ok())
+                .flatten()
+                .and_then(|v| v["metadata"]["name"].as_str().map(str::to_string));
+            inner.update(id, |rec| {
+                rec.status = Some(status);
+                rec.created = created;
+            });
         }
         let _ = tx.send(answer);
     });
-    rx.await
-        .unwrap_or_else(|_| Err("the delayed request's task ended".into()))
+    let (mut head, body) = rx
+        .await
+        .unwrap_or_else(|_| Err("the delayed request's task ended".into()))?;
+    strip_hop_by_hop(&mut head.headers);
+    head.headers.remove(header::CONTENT_LENGTH);
+    let body = Full::new(body)
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    Ok(Response::from_parts(head, body))
 }
 
 async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Response<Out>, Infallible> {
@@ -211,6 +236,7 @@ async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Response<Ou
             after: injection.is_some_and(|i| i.when == When::After),
             completed: false,
             upstream_error: None,
+            created: None,
         });
         id
     };
@@ -261,7 +287,23 @@ async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Response<Ou
             fault: Fault::Delay,
             hold,
             ..
-        }) => forward_later(Arc::clone(&inner), id, up, hold).await,
+        }) => {
+            return Ok(
+                match forward_later(Arc::clone(&inner), id, up, hold).await {
+                    Ok(r) => {
+                        guard.finish(true);
+                        sent(r)
+                    }
+                    Err(e) => {
+                        let msg = format!("fault proxy: the API server did not answer: {e}");
+                        inner.update(id, |r| r.upstream_error = Some(msg.clone()));
+                        guard.finish(true);
+                        let s = plan::status(503, "ServiceUnavailable", &msg, None);
+                        sent(fixed(503, &[], s.to_string()))
+                    }
+                },
+            );
+        }
         _ => {
             inner.update(id, |r| r.forwarded = Some(SystemTime::now()));
             inner.client.request(up).await.map_err(|e| e.to_string())

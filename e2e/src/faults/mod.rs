@@ -144,6 +144,17 @@ pub struct Record {
     pub completed: bool,
     /// A transport error talking to the API server.
     pub upstream_error: Option<String>,
+    /// For a [`Fault::Delay`]ed create answered 201: the created object's
+    /// name.
+    pub created: Option<String>,
+}
+
+impl Record {
+    /// A delayed request that reached the API server after its client was
+    /// gone (killed, or gave up): nothing live asked for its effect.
+    pub fn landed_after_client(&self) -> bool {
+        matches!((self.end, self.forwarded), (Some(end), Some(fwd)) if end < fwd)
+    }
 }
 
 impl Record {
