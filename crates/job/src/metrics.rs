@@ -208,6 +208,28 @@ pub fn forget_external_controller(managed_by: &str, job_uid: &str) {
     }
 }
 
+/// `kcm_rs_job_managed_by{name} 1` while the Job controller runs beside
+/// KCM answering to `name` (`--job-managed-by`): dashboards and the
+/// KcmRsOptedInJobsNotSynced alert tell the mode by it.
+pub fn set_managed_by(name: &str) {
+    static G: OnceLock<prometheus::IntGaugeVec> = OnceLock::new();
+    G.get_or_init(|| {
+        kcm_runtime::metrics::register(
+            prometheus::IntGaugeVec::new(
+                Opts::new(
+                    "kcm_rs_job_managed_by",
+                    "1 when the Job controller runs beside kube-controller-manager and syncs \
+                     only the Jobs whose spec.managedBy is name.",
+                ),
+                &["name"],
+            )
+            .expect("constant metric definition is valid"),
+        )
+    })
+    .with_label_values(&[name])
+    .set(1);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,26 +275,4 @@ mod tests {
         assert_eq!(help(Level::Stable, "x"), "[STABLE] x");
         set_minor(34);
     }
-}
-
-/// `kcm_rs_job_managed_by{name} 1` while the Job controller runs beside
-/// KCM answering to `name` (`--job-managed-by`): dashboards and the
-/// KcmRsOptedInJobsNotSynced alert tell the mode by it.
-pub fn set_managed_by(name: &str) {
-    static G: OnceLock<prometheus::IntGaugeVec> = OnceLock::new();
-    G.get_or_init(|| {
-        kcm_runtime::metrics::register(
-            prometheus::IntGaugeVec::new(
-                Opts::new(
-                    "kcm_rs_job_managed_by",
-                    "1 when the Job controller runs beside kube-controller-manager and syncs \
-                     only the Jobs whose spec.managedBy is name.",
-                ),
-                &["name"],
-            )
-            .expect("constant metric definition is valid"),
-        )
-    })
-    .with_label_values(&[name])
-    .set(1);
 }

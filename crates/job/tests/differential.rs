@@ -48,10 +48,6 @@ struct Gated {
     gates: &'static str,
 }
 
-async fn run(upstream: bool, spec: serde_json::Value, kubelet: Kubelet) -> Result_ {
-    run_gated(upstream, Gated::default(), spec, kubelet).await
-}
-
 async fn run_gated(
     upstream: bool,
     gated: Gated,

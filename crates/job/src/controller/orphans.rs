@@ -60,16 +60,19 @@ impl<P: JobPort> JobController<P> {
                 return Ok(());
             }
             let ns = pod.namespace();
-            match self.jobs.store().get(&format!("{ns}/{}", r.name)) {
-                Some(job) if job.metadata.uid.as_deref() == Some(&*r.uid) => {
-                    if self.config.foreign(&job).is_some() || !is_finished(&job) {
-                        return Ok(());
-                    }
-                }
+            let job = self
+                .jobs
+                .store()
+                .get(&format!("{ns}/{}", r.name))
+                .filter(|j| j.metadata.uid.as_deref() == Some(&*r.uid));
+            let keep = match job {
+                Some(job) => self.config.foreign(&job).is_some() || !is_finished(&job),
                 // Beside KCM, a pod whose Job is gone is KCM's: its orphan
                 // sweep removes the finalizer whoever managed the Job.
-                _ if self.config.beside_kcm() => return Ok(()),
-                _ => {}
+                None => self.config.beside_kcm(),
+            };
+            if keep {
+                return Ok(());
             }
         } else if self.config.beside_kcm() {
             // Ownerless pods are KCM's too.
