@@ -10,13 +10,16 @@ IMAGE ?= kcm-rs:dev
 .PHONY: run run-examples test lint unit e2e differential bench bench-decode chaos chaos-seeds handover controlplane fmt clean-run \
 	check-tools monitoring image kind-up
 
-## run: kcm-rs against $KUBECONFIG / --kubeconfig in ARGS, else against a local
+## run: kcm-rs against TARGET_KUBECONFIG / --kubeconfig in ARGS, else against a local
 ## control plane with simulated nodes and the sample Job.
 run:
-	@if [[ -n "$(KUBECONFIG)" || "$(ARGS)" == *--kubeconfig* ]]; then \
+	@# Only an explicit TARGET_KUBECONFIG or --kubeconfig leaves the local
+	@# control plane: an exported KUBECONFIG must not point kcm-rs at a real
+	@# cluster whose KCM may still run the same controllers.
+	@if [[ -n "$(TARGET_KUBECONFIG)" || "$(ARGS)" == *--kubeconfig* ]]; then \
 	  $(CARGO) build -p kcm-rs && \
 	  if [[ "$(ARGS)" == *--kubeconfig* ]]; then exec target/debug/kcm-rs $(ARGS); \
-	  else exec target/debug/kcm-rs --kubeconfig "$(KUBECONFIG)" $(ARGS); fi; \
+	  else exec target/debug/kcm-rs --kubeconfig "$(TARGET_KUBECONFIG)" $(ARGS); fi; \
 	else \
 	  e2e/harness/build.sh $(E2E_BIN) --with-kubectl && \
 	  $(CARGO) build -p kcm-rs -p kcm-sim --bins && \

@@ -177,8 +177,9 @@ async fn controller_identities(
         &ClientOptions::for_component("token-requests"),
     )
     .map_err(|e| Failure::Runtime(e.to_string()))?;
-    // Bound to this pod when known, so a stolen token dies with the replica.
-    let bound = identity::BoundPod::from_env();
+    // Not bound to the pod: the API server refuses to bind a token to a pod
+    // running as another ServiceAccount (kcm-rs's pod runs as kcm-rs).
+    let bound: Option<identity::BoundPod> = None;
     for spec in selected {
         let account = format!(
             "{}{}",

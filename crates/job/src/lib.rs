@@ -20,6 +20,7 @@
 
 pub mod active_pods;
 pub mod backoff;
+pub mod conflict;
 pub mod controller;
 pub mod explain;
 pub mod indexes;
@@ -72,13 +73,10 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
             "job-controller runs beside kube-controller-manager: it syncs only Jobs with spec.managedBy={name}; every other Job and ownerless pod is KCM's"
         );
     }
-    let jc = Arc::new(controller::JobController::new(
-        port,
-        jobs,
-        pods,
-        config,
-        ctx.clock.clone(),
-    ));
+    let mut jc = controller::JobController::new(port, jobs, pods, config, ctx.clock.clone());
+    jc.conflict = conflict::Tracker::new(settings.on_conflict, ctx.clock.now());
+    controller::conflict::gauge().set(0);
+    let jc = Arc::new(jc);
     metrics::set_minor(ctx.version.minor());
     if ctx.version.at_least(36) {
         // Upstream registers the family on 1.36+ whatever the gate says.

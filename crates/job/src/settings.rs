@@ -1,6 +1,7 @@
 //! The Job controller's settings and their flags (flattened into the
 //! binary's; KCM's names and defaults, plus kcm-rs's `--job-managed-by`).
 
+use crate::conflict::OnConflict;
 use crate::pods::JOB_CONTROLLER_NAME;
 
 /// `--concurrent-job-syncs`, `--job-managed-by`.
@@ -16,6 +17,14 @@ pub struct JobSettings {
     /// finalizers, to KCM's job-controller. Off unless set.
     #[arg(long, value_name = "NAME", value_parser = parse_managed_by)]
     pub job_managed_by: Option<String>,
+
+    /// What to do while another controller (kube-controller-manager's
+    /// job-controller) writes the status of Jobs this one syncs: stop
+    /// syncing Jobs until that clears, or continue. Either way it is
+    /// logged, recorded as a Warning event on the Job and exported as
+    /// kcm_rs_conflicting_controller.
+    #[arg(long, value_enum, default_value_t = OnConflict::Stop)]
+    pub on_conflict: OnConflict,
 }
 
 impl Default for JobSettings {
@@ -23,6 +32,7 @@ impl Default for JobSettings {
         JobSettings {
             concurrent_job_syncs: 5,
             job_managed_by: None,
+            on_conflict: OnConflict::Stop,
         }
     }
 }

@@ -501,14 +501,6 @@ pub async fn start_kcm_rs(
     let out = std::fs::File::create(&log).expect("log");
     let mut cmd = Command::new(bin);
     cmd.args(&args).stdin(Stdio::null());
-    if secure {
-        // As the Deployment's downward API: the controllers' tokens are then
-        // bound to this (never scheduled) pod, which the API server checks.
-        let pods: Api<Pod> = Api::namespaced(admin.clone(), "kube-system");
-        let me = create(&pods, pod("kcm-rs-self", "kcm-rs-self", None)).await;
-        cmd.env("POD_NAME", me.name_any());
-        cmd.env("POD_UID", me.uid().expect("uid"));
-    }
     cmd.stdout(out.try_clone().expect("log")).stderr(out);
     let child = cmd.spawn().expect("spawn kcm-rs");
     KcmRs { child, port, log }

@@ -5,6 +5,7 @@
 //! controller holds: [`port::ApiPort`] in KCM, an in-memory world in tests.
 
 mod claim;
+pub mod conflict;
 pub mod consistency;
 mod handlers;
 mod orphans;
@@ -104,6 +105,8 @@ pub struct JobController<P = ApiPort> {
     pub rw: consistency::ReadYourWrites,
     /// The runtime's one clock: the `now` each sync decides with.
     pub clock: kcm_runtime::clock::Clock,
+    /// Jobs another controller writes (`--on-conflict`).
+    pub conflict: crate::conflict::Tracker,
 }
 
 /// The core/v1 reference of a Job, for events.
@@ -152,6 +155,7 @@ impl<P: JobPort> JobController<P> {
             backoff: BackoffStore::new(),
             config,
             rw: consistency::ReadYourWrites::new(config.read_your_writes),
+            conflict: crate::conflict::Tracker::new(Default::default(), clock.now()),
             clock,
         }
     }

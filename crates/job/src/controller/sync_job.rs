@@ -84,6 +84,7 @@ impl<P: JobPort> JobController<P> {
         ) {
             (Guard::Sync, Some(job)) => job,
             (Guard::Gone, _) => {
+                self.conflict.forget(key);
                 self.rw.forget(key, None);
                 self.expectations.delete_expectations(key);
                 self.finalizer_expectations.delete_expectations(key);
@@ -102,6 +103,10 @@ impl<P: JobPort> JobController<P> {
             }
             _ => return Ok(()),
         };
+        // Another Job controller writing this Job: report, and maybe stop.
+        if self.conflict_blocks(key, &shared) {
+            return Ok(());
+        }
         let mode = decide::mode(&shared);
         let span = tracing::info_span!("sync", job = %key);
         let (action, result) = self

@@ -8,7 +8,21 @@ use kube::Resource;
 /// Trims `obj` for the cache.
 pub fn trim<K: Resource>(mut obj: K) -> K {
     let meta = obj.meta_mut();
-    meta.managed_fields = None;
+    // Only who last wrote the status and when (no field sets): the Job
+    // controller tells a second Job controller by it (kcm_job::conflict).
+    meta.managed_fields = meta
+        .managed_fields
+        .take()
+        .map(|all| {
+            all.into_iter()
+                .filter(|f| f.subresource.as_deref() == Some("status"))
+                .map(|mut f| {
+                    f.fields_v1 = None;
+                    f
+                })
+                .collect::<Vec<_>>()
+        })
+        .filter(|kept| !kept.is_empty());
     shrink(&mut meta.owner_references);
     shrink(&mut meta.finalizers);
     obj
