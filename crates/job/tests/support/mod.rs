@@ -301,9 +301,14 @@ pub async fn drive(
                     handled.insert(pname, ());
                 }
                 None => {
-                    kcm_e2e::kubelet::run_pod(pods, &pname, true)
-                        .await
-                        .expect("run");
+                    match kcm_e2e::kubelet::run_pod(pods, &pname, true).await {
+                        Ok(_) => {}
+                        // Deleted (a FailJob sibling) between list and run.
+                        Err(kcm_e2e::HarnessError::Kube(kube::Error::Api(s))) if s.code == 404 => {
+                            continue;
+                        }
+                        Err(e) => panic!("run: {e:?}"),
+                    }
                     handled.insert(pname, ());
                 }
             }
