@@ -5,10 +5,14 @@ E2E_BIN := target/e2e-bin
 ARGS ?=
 # Flags for kcm-dev (the local `make run`), e.g. --exit-when-done.
 DEV_ARGS ?=
-IMAGE ?= kcm-rs:dev
+# The one version: Cargo.toml's [workspace.package] version (--version,
+# kcm_rs_build_info, the image tag manifests/base references).
+VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+IMAGE ?= kcm-rs:$(VERSION)
 
 .PHONY: run run-examples test lint unit e2e differential bench bench-decode chaos chaos-seeds handover controlplane fmt clean-run \
-	check-tools monitoring image kind-up
+	check-tools monitoring image kind-up release
 
 ## run: kcm-rs against TARGET_KUBECONFIG / --kubeconfig in ARGS, else against a local
 ## control plane with simulated nodes and the sample Job.
@@ -67,7 +71,27 @@ image:
 	  exit 1; \
 	fi; \
 	DOCKER_BUILDKIT=1 $$engine build -f manifests/Dockerfile -t $(IMAGE) \
-	  --build-arg KCM_RS_GIT_COMMIT=$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown) .
+	  --build-arg KCM_RS_GIT_COMMIT=$(COMMIT) .
+
+## release: the release binary (target/release/kcm-rs) and, where a container
+## engine exists, the image kcm-rs:$(VERSION), also tagged kcm-rs:$(VERSION)-$(COMMIT);
+## without one, prints the buildx command and still succeeds.
+release:
+	KCM_RS_GIT_COMMIT=$(COMMIT) $(CARGO) build --release --locked -p kcm-rs
+	@target/release/kcm-rs --version
+	@engine=""; \
+	for e in docker podman; do \
+	  if command -v $$e >/dev/null && $$e info >/dev/null 2>&1; then engine=$$e; break; fi; \
+	done; \
+	if [[ -z "$$engine" ]]; then \
+	  echo "no working container engine: build the image elsewhere with" >&2; \
+	  echo "  docker buildx build -f manifests/Dockerfile --platform linux/amd64,linux/arm64" \
+	    "--build-arg KCM_RS_GIT_COMMIT=$(COMMIT) -t $(IMAGE) -t $(IMAGE)-$(COMMIT) --push ." >&2; \
+	  exit 0; \
+	fi; \
+	DOCKER_BUILDKIT=1 $$engine build -f manifests/Dockerfile -t $(IMAGE) -t $(IMAGE)-$(COMMIT) \
+	  --build-arg KCM_RS_GIT_COMMIT=$(COMMIT) . && \
+	echo "built $(IMAGE) and $(IMAGE)-$(COMMIT)"
 
 ## kind-up: a kind cluster (K8S_VERSION=1.34..1.37, default 1.34) with KCM's
 ## four controllers off, the image loaded,

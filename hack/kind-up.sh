@@ -4,7 +4,7 @@
 #      1.37, default 1.34; KCM runs with job-controller,
 #      pod-garbage-collector-controller, taint-eviction-controller and
 #      disruption-controller switched off, which is checked),
-#   2. loads the image $IMAGE (default kcm-rs:dev; `make image` builds it),
+#   2. loads the image $IMAGE (default kcm-rs:<workspace version>; `make image` builds it),
 #   3. applies manifests/base, or manifests/ (with the monitoring component)
 #      when the cluster has the Prometheus Operator CRDs,
 #   4. waits for the Deployment, the Lease holder and the sample Job.
@@ -13,7 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CLUSTER=${CLUSTER:-kcm-rs}
-IMAGE=${IMAGE:-kcm-rs:dev}
+# The tag manifests/base references: the workspace version.
+IMAGE=${IMAGE:-kcm-rs:$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)}
 K8S_VERSION=${K8S_VERSION:-1.34}
 config=manifests/kind/$K8S_VERSION.yaml
 [[ -f "$config" ]] || {

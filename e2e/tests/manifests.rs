@@ -87,7 +87,9 @@ fn every_manifest_parses_with_the_expected_kinds() {
         assert_eq!(got, want, "kustomize manifests/{dir}");
         let deployment = built.iter().find(|d| d["kind"] == "Deployment");
         let image = &container(deployment.expect("Deployment"))["image"];
-        assert_eq!(image, "kcm-rs:dev", "kustomize manifests/{dir}");
+        // The image is tagged with the release version (`make release`).
+        let tagged = format!("kcm-rs:{}", env!("CARGO_PKG_VERSION"));
+        assert_eq!(image, tagged.as_str(), "kustomize manifests/{dir}");
     }
 }
 

@@ -114,20 +114,32 @@ fn a_server_one_minor_newer_than_the_newest_is_kcms_skew() {
     assert_eq!(c.emulation, Emulation::of(KubeVersion::NEWEST));
     assert_eq!(c.newer_server, Some(newest + 1));
     let w = c.warning.expect("a warning");
-    assert!(w.contains("one minor newer") && w.contains("upgrade kcm-rs"), "{w}");
+    assert!(
+        w.contains("one minor newer") && w.contains("upgrade kcm-rs"),
+        "{w}"
+    );
     // A flag emulates below the newest as on a server of that minor.
     let c = Emulation::choose(Some("1.36"), &format!("v1.{}.2-gke.1", newest + 1)).expect("ok");
-    assert_eq!((c.emulation.binary(), c.emulation.minor()), (KubeVersion::NEWEST, 36));
+    assert_eq!(
+        (c.emulation.binary(), c.emulation.minor()),
+        (KubeVersion::NEWEST, 36)
+    );
     assert_eq!(c.newer_server, Some(newest + 1));
     // Two minors newer, or an unreadable patch, is refused as before.
     for server in [format!("v1.{}.0", newest + 2), format!("v1.{}", newest + 1)] {
         assert!(
-            matches!(Emulation::choose(None, &server), Err(ChooseError::Server { .. })),
+            matches!(
+                Emulation::choose(None, &server),
+                Err(ChooseError::Server { .. })
+            ),
             "{server}"
         );
     }
     // A supported server is no skew.
-    assert_eq!(Emulation::choose(None, "v1.37.1").expect("ok").newer_server, None);
+    assert_eq!(
+        Emulation::choose(None, "v1.37.1").expect("ok").newer_server,
+        None
+    );
 }
 
 #[test]
