@@ -161,7 +161,7 @@ report() {
   local outdir="$1"; shift
   local v args=()
   for v in "$@"; do args+=("$(minor "$v")=$work/$(minor "$v")/results"); done
-  mkdir -p "$outdir"
+  mkdir -p "$outdir"; outdir="$(cd "$outdir" && pwd)"
   (cd "$here" && go run ./cmd/suites-report -out "$outdir" -notes "$here/notes.tsv" "${args[@]}")
 }
 
