@@ -501,6 +501,12 @@ pub async fn start_kcm_rs(
     let out = std::fs::File::create(&log).expect("log");
     let mut cmd = Command::new(bin);
     cmd.args(&args).stdin(Stdio::null());
+    if secure {
+        // -v raises only kcm-rs's own targets; the clients' wire traces
+        // (hyper, h2, rustls, kube) need RUST_LOG, and they must hold no
+        // token either.
+        cmd.env("RUST_LOG", "trace");
+    }
     cmd.stdout(out.try_clone().expect("log")).stderr(out);
     let child = cmd.spawn().expect("spawn kcm-rs");
     KcmRs { child, port, log }
