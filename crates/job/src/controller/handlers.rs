@@ -83,7 +83,7 @@ impl<P: JobPort> JobController<P> {
     /// deletes it, and the delete handler releases it.
     fn release_if_job_done(&self, pod: &CachedPod, job: Option<&Job>) {
         if has_tracking_finalizer(pod)
-            && job.is_some_and(|j| is_finished(j) && self.config.foreign(j).is_none())
+            && job.is_some_and(|j| is_finished(j) && self.config.managed_elsewhere(j).is_none())
         {
             self.enqueue_orphan(pod);
         }
@@ -232,14 +232,14 @@ impl<P: JobPort> JobController<P> {
         self.enqueue_after(job, Duration::ZERO);
         // A finished Job seen first (a restart): its pods may have been
         // listed before it, when they could not be resolved to it.
-        if is_finished(job) && self.config.foreign(job).is_none() {
+        if is_finished(job) && self.config.managed_elsewhere(job).is_none() {
             self.enqueue_selector(job);
         }
         // Beside KCM, KCM counts the Jobs it leaves to others; kcm-rs's
         // job_controller_* families count only its own Jobs.
         if let Some(name) = self
             .config
-            .foreign(job)
+            .managed_elsewhere(job)
             .filter(|_| !self.config.beside_kcm())
         {
             metrics()
@@ -297,7 +297,7 @@ impl<P: JobPort> JobController<P> {
         self.backoff.remove(&object_key(job));
         if let Some(name) = self
             .config
-            .foreign(job)
+            .managed_elsewhere(job)
             .filter(|_| !self.config.beside_kcm())
         {
             crate::metrics::forget_external_controller(

@@ -66,7 +66,7 @@ impl<P: JobPort> JobController<P> {
                 .get(&format!("{ns}/{}", r.name))
                 .filter(|j| j.metadata.uid.as_deref() == Some(&*r.uid));
             let keep = match job {
-                Some(job) => self.config.foreign(&job).is_some() || !is_finished(&job),
+                Some(job) => self.config.managed_elsewhere(&job).is_some() || !is_finished(&job),
                 // Beside KCM, a pod whose Job is gone is KCM's: its orphan
                 // sweep removes the finalizer whoever managed the Job.
                 None => self.config.beside_kcm(),

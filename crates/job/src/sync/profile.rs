@@ -95,7 +95,7 @@ impl Config {
     }
 
     /// The controller `spec.managedBy` names when it is not this one,
-    /// whatever the gate says (the handlers' and orphan sweep's test).
+    /// whatever the gate says.
     pub fn foreign<'a>(&self, job: &'a Job) -> Option<&'a str> {
         managed_by_other(job, self.own_name)
     }
