@@ -166,7 +166,7 @@ fn bad_security_input_is_a_clear_error_with_exit_code_2() {
         &out,
         "--authentication-kubeconfig: the API server at https://127.0.0.1",
     );
-    // No ServiceAccount kube-system/job-controller on this control plane.
+    // No ServiceAccount kube-system/kcm-rs-job-controller on this control plane.
     let out = run_to_end(&[
         &kc,
         "--secure-port=0",
@@ -176,7 +176,7 @@ fn bad_security_input_is_a_clear_error_with_exit_code_2() {
     ]);
     assert_user_error(
         &out,
-        "TokenRequest for ServiceAccount kube-system/job-controller refused",
+        "TokenRequest for ServiceAccount kube-system/kcm-rs-job-controller refused",
     );
     assert_eq!(
         String::from_utf8_lossy(&out.stderr)
