@@ -26,6 +26,7 @@ pub mod explain;
 pub mod indexes;
 pub mod lint;
 pub mod metrics;
+pub mod mode;
 pub mod pod_failure_policy;
 pub mod pods;
 pub mod selector;
@@ -59,8 +60,13 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     let jobs = ctx.informers.informer::<Job>();
     let pods = ctx.informers.informer::<CachedPod>();
     controller::add_indexes(&jobs, &pods);
-    let port = controller::port::ApiPort::new(client.clone(), Recorder::new(client, NAME));
     let settings = ctx.settings.get::<JobSettings>();
+    // Source and reporting component stay upstream's `job-controller`
+    // (what `kubectl get events --field-selector source=…` and dashboards
+    // key on); an annotation says which mode wrote the event.
+    let marks = mode::annotations(settings.job_managed_by.as_deref(), true);
+    let port =
+        controller::port::ApiPort::new(client.clone(), Recorder::annotated(client, NAME, marks));
     let mut config = sync::Config::new(&ctx.features);
     if let Some(name) = settings.job_managed_by.as_deref() {
         config = config.beside(name).map_err(|e| InitError {

@@ -17,7 +17,15 @@
 //! for, so it acquires a released Lease at once instead of at its next
 //! retry (client-go only polls; a listed deviation that makes a graceful
 //! hand-over take about a second).
+//!
+//! Marks: [`LeaderElector::with_annotations`] gives annotations every
+//! write of the Lease carries (kcm-rs says there which mode it runs in).
+//! They ride on the same compare-and-swap writes as the spec: no extra
+//! request, and a write refused for a stale resourceVersion changes
+//! neither. client-go writes only the spec; a Lease that KCM reads or
+//! writes keeps them (its PUTs carry the metadata it read).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -106,6 +114,8 @@ pub struct LeaderElector {
     /// The resourceVersion of the last Lease read held by someone else:
     /// where a standby's watch starts.
     held_at: Option<String>,
+    /// Set on the Lease by every acquisition and renewal.
+    annotations: BTreeMap<String, String>,
 }
 
 impl LeaderElector {
@@ -124,7 +134,18 @@ impl LeaderElector {
             fence,
             written: None,
             held_at: None,
+            annotations: BTreeMap::new(),
         })
+    }
+
+    /// Annotations every acquisition and renewal sets on the Lease, over
+    /// what it holds (others' annotations stay). A previous holder's value
+    /// of a key is replaced, so give each key a value (empty for none)
+    /// rather than leaving it out.
+    #[must_use]
+    pub fn with_annotations(mut self, annotations: BTreeMap<String, String>) -> Self {
+        self.annotations = annotations;
+        self
     }
 
     /// One acquisition or renewal attempt; on success the fence moves to
@@ -277,7 +298,7 @@ impl LeaderElector {
         let now = Timestamp::now();
         let secs = i32::try_from(self.cfg.lease_duration.as_secs()).unwrap_or(i32::MAX);
         let Some(mut lease) = self.api.get_opt(&self.cfg.name).await? else {
-            let lease = Lease {
+            let mut lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.cfg.name.clone()),
                     namespace: Some(self.cfg.namespace.clone()),
@@ -292,6 +313,7 @@ impl LeaderElector {
                     ..Default::default()
                 }),
             };
+            mark(&mut lease.metadata, &self.annotations);
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(l) => {
                     self.observed = l.spec.clone().map(|s| (s, Instant::now()));
@@ -330,6 +352,7 @@ impl LeaderElector {
             next.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
         }
         lease.spec = Some(next);
+        mark(&mut lease.metadata, &self.annotations);
         // The PUT carries the resourceVersion we read: two candidates racing
         // for an expired lease cannot both win.
         match self
@@ -346,6 +369,17 @@ impl LeaderElector {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Sets `annotations` on a Lease about to be written, keeping the rest of
+/// its metadata (the resourceVersion of the compare-and-swap included).
+fn mark(meta: &mut ObjectMeta, annotations: &BTreeMap<String, String>) {
+    if annotations.is_empty() {
+        return;
+    }
+    meta.annotations
+        .get_or_insert_with(BTreeMap::new)
+        .extend(annotations.clone());
 }
 
 /// Resolves when a watch of the Lease from `rv` shows it without a holder
@@ -408,6 +442,84 @@ mod tests {
         assert!(validate(&cfg(10, 10, 2)).is_err());
         assert!(validate(&cfg(15, 2, 2)).is_err());
         assert!(validate(&cfg(15, 10, 0)).is_err());
+    }
+
+    fn marks() -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("kcm-rs.dev/mode".to_string(), "beside-kcm".to_string()),
+            (
+                "kcm-rs.dev/job-managed-by".to_string(),
+                "kcm-rs.dev/job-controller".to_string(),
+            ),
+        ])
+    }
+
+    #[test]
+    fn marks_replace_their_keys_and_keep_everything_else() {
+        let mut meta = ObjectMeta {
+            resource_version: Some("7".into()),
+            annotations: Some(BTreeMap::from([
+                ("team".to_string(), "x".to_string()),
+                ("kcm-rs.dev/mode".to_string(), "replacement".to_string()),
+            ])),
+            ..Default::default()
+        };
+        mark(&mut meta, &marks());
+        let a = meta.annotations.clone().unwrap_or_default();
+        assert_eq!(a["team"], "x");
+        assert_eq!(a["kcm-rs.dev/mode"], "beside-kcm");
+        assert_eq!(a["kcm-rs.dev/job-managed-by"], "kcm-rs.dev/job-controller");
+        assert_eq!(meta.resource_version.as_deref(), Some("7"));
+        let mut bare = ObjectMeta::default();
+        mark(&mut bare, &BTreeMap::new());
+        assert!(bare.annotations.is_none(), "no marks: metadata untouched");
+    }
+
+    /// The marks go out with the compare-and-swap itself: the PUT carries
+    /// the resourceVersion read, a 409 is a lost race (no write of its
+    /// own), and a Lease created from nothing is marked too.
+    #[tokio::test]
+    async fn marked_writes_keep_the_compare_and_swap() {
+        use kcm_mock_api::{MockApi, Reply};
+        let released = serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "kcm-rs", "namespace": "kube-system", "resourceVersion": "7",
+                         "annotations": {"team": "x"}},
+            "spec": {"leaseDurationSeconds": 1, "leaseTransitions": 3}});
+        let mock = MockApi::new()
+            .on(
+                "GET",
+                [Reply::json(200, released), Reply::status(404, "NotFound")],
+            )
+            .on("PUT", [Reply::status(409, "Conflict")])
+            .on("POST", [Reply::Echo(201)]);
+        let mut el = LeaderElector::new(mock.client(), cfg(15, 10, 2), Fence::closed())
+            .expect("elector")
+            .with_annotations(marks());
+        assert!(
+            !el.try_acquire_or_renew().await.expect("answer"),
+            "409: lost"
+        );
+        assert!(el.written.is_none());
+        assert!(el.try_acquire_or_renew().await.expect("answer"), "created");
+        let seen = mock.seen();
+        let verbs: Vec<_> = seen.iter().map(|s| s.method.as_str().to_string()).collect();
+        assert_eq!(verbs, ["GET", "PUT", "GET", "POST"]);
+        let put = &seen[1].body;
+        assert_eq!(put["metadata"]["resourceVersion"], "7");
+        assert_eq!(put["metadata"]["annotations"]["team"], "x");
+        assert_eq!(
+            put["metadata"]["annotations"]["kcm-rs.dev/mode"],
+            "beside-kcm"
+        );
+        assert_eq!(put["spec"]["holderIdentity"], "me");
+        assert_eq!(put["spec"]["leaseTransitions"], 4);
+        let post = &seen[3].body;
+        assert_eq!(
+            post["metadata"]["annotations"]["kcm-rs.dev/job-managed-by"],
+            "kcm-rs.dev/job-controller"
+        );
+        assert_eq!(post["spec"]["holderIdentity"], "me");
     }
 
     #[test]

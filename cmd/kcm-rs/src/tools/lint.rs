@@ -1,5 +1,7 @@
 //! `kcm-rs lint`: files or the cluster's Jobs and CronJobs through
-//! `kcm_job::lint`; exit 1 when anything is found.
+//! `kcm_job::lint`, and from the cluster also `managed_by` (a Job whose
+//! `managedBy` no running controller answers to); exit 1 when anything is
+//! found.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -9,7 +11,9 @@ use kcm_job::lint::{Finding, lint_document};
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 
-use super::{Output, ToolError, input};
+use jiff::Timestamp;
+
+use super::{Output, ToolError, input, managed_by};
 
 /// Which namespaces a cluster lint reads: `-A`, or `-n` (else the
 /// kubeconfig context's namespace, as kubectl).
@@ -24,8 +28,10 @@ pub async fn run(
     output: Output,
     kubeconfig: Option<&Path>,
     context: Option<&str>,
+    kcm_rs_lease: (String, String),
 ) -> Result<ExitCode, ToolError> {
     let mut docs: Vec<Value> = Vec::new();
+    let mut findings: Vec<Finding> = Vec::new();
     if files.is_empty() {
         let (client, context_ns) = input::client(kubeconfig, context).await?;
         let (jobs, crons): (Api<Job>, Api<CronJob>) = match scope {
@@ -33,10 +39,10 @@ pub async fn run(
                 let ns = ns.unwrap_or(context_ns);
                 (
                     Api::namespaced(client.clone(), &ns),
-                    Api::namespaced(client, &ns),
+                    Api::namespaced(client.clone(), &ns),
                 )
             }
-            Scope::All => (Api::all(client.clone()), Api::all(client)),
+            Scope::All => (Api::all(client.clone()), Api::all(client.clone())),
         };
         let lp = ListParams::default();
         for j in jobs
@@ -53,12 +59,15 @@ pub async fn run(
         {
             docs.push(with_kind(serde_json::to_value(c)?, "CronJob"));
         }
+        if managed_by::any_named(&docs) {
+            let leases = managed_by::Leases::read(&client, kcm_rs_lease, Timestamp::now()).await;
+            findings.extend(docs.iter().filter_map(|d| managed_by::check(d, &leases)));
+        }
     } else {
         for f in files {
             docs.extend(input::documents(f)?);
         }
     }
-    let mut findings: Vec<Finding> = Vec::new();
     for d in &docs {
         findings.extend(lint_document(d)?);
     }

@@ -6,10 +6,12 @@
 //! Layout: `mod.rs` parses the subcommands and maps errors to exit codes;
 //! `input.rs` reads Jobs, pods, events and policies from files or the API
 //! server; `render.rs` prints an explanation for a terminal; `lint.rs`
-//! runs the checks and prints findings.
+//! runs the checks and prints findings; `managed_by.rs` checks, from leader
+//! Leases, that a Job's `spec.managedBy` names a running controller.
 
 mod input;
 mod lint;
+mod managed_by;
 mod render;
 
 use std::ffi::OsString;
@@ -111,6 +113,13 @@ enum Command {
         all_namespaces: bool,
         #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
         output: Output,
+        /// With no files: the namespace of kcm-rs's leader Lease (as its
+        /// flag), read to tell whether Jobs' spec.managedBy runs.
+        #[arg(long, default_value = "kube-system")]
+        leader_elect_resource_namespace: String,
+        /// With no files: the name of kcm-rs's leader Lease (as its flag).
+        #[arg(long, default_value = "kcm-rs")]
+        leader_elect_resource_name: String,
         #[command(flatten)]
         cluster: Cluster,
     },
@@ -244,6 +253,8 @@ async fn run(command: Command) -> Result<ExitCode, ToolError> {
             namespace,
             all_namespaces,
             output,
+            leader_elect_resource_namespace,
+            leader_elect_resource_name,
             cluster,
         } => {
             let scope = if all_namespaces {
@@ -257,6 +268,7 @@ async fn run(command: Command) -> Result<ExitCode, ToolError> {
                 output,
                 cluster.kubeconfig.as_deref(),
                 cluster.context.as_deref(),
+                (leader_elect_resource_namespace, leader_elect_resource_name),
             )
             .await
         }

@@ -279,6 +279,9 @@ pub fn text(e: &Explanation, paint: Paint) -> String {
             .map(|x| format!(", maxFailedIndexes {x}"))
             .unwrap_or_default(),
     );
+    if let Some(m) = &e.managed_by {
+        let _ = writeln!(out, "  managedBy {m}");
+    }
     if e.rules.is_empty() {
         let _ = writeln!(out, "  no podFailurePolicy: every failure counts");
     } else if !e.policy_applied {

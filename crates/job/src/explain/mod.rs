@@ -194,6 +194,11 @@ pub struct WhatIfReport {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Explanation {
     pub job: String,
+    /// `spec.managedBy` when set (a Job synced by another controller, such
+    /// as kcm-rs beside KCM). Text output only: schema version 1 of the
+    /// JSON has no such field, and the Job itself carries it.
+    #[serde(skip)]
+    pub managed_by: Option<String>,
     pub completion_mode: String,
     pub budgets: Budgets,
     /// False when the gate `JobPodFailurePolicy` is off or no policy is set.
@@ -283,6 +288,7 @@ pub fn explain(req: &Request<'_>) -> Explanation {
     });
     Explanation {
         job: format!("{}/{}", ns(job), job.metadata.name.as_deref().unwrap_or("")),
+        managed_by: job.spec.as_ref().and_then(|s| s.managed_by.clone()),
         completion_mode: crate::sync::decide::mode(job).into(),
         budgets: budgets(job),
         policy_applied: effective_policy(job, config.pod_failure_policy).is_some(),

@@ -19,6 +19,10 @@
 //!   events finding it empty are dropped and counted in
 //!   `kcm_event_recorder_spam_filtered_events_total{component}` (a counter
 //!   of its own, so queue overload stays distinguishable from throttling).
+//! * [`Recorder::annotated`] also puts fixed annotations on every event
+//!   it creates (kcm-rs's Job controller marks its mode there; upstream's
+//!   `AnnotatedEventf` is the same field), leaving the fields above as
+//!   upstream writes them.
 //! * [`Recorder::event`] never blocks: the event is queued to a background
 //!   task through a bounded channel, and dropped (counted in
 //!   `kcm_event_recorder_dropped_events_total{component}` and logged) when
@@ -29,6 +33,7 @@ mod cache;
 mod correlate;
 pub mod spam;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -98,6 +103,22 @@ impl Recorder {
         Recorder::with_options(client, component, &hostname(component), QUEUE_CAPACITY)
     }
 
+    /// Like [`Recorder::new`], and every event it creates carries
+    /// `annotations` (count updates of an existing event leave them).
+    pub fn annotated(
+        client: kube::Client,
+        component: &'static str,
+        annotations: BTreeMap<String, String>,
+    ) -> Recorder {
+        Recorder::spawn(
+            client,
+            component,
+            &hostname(component),
+            QUEUE_CAPACITY,
+            annotations,
+        )
+    }
+
     /// Like [`Recorder::new`] with an explicit `reportingInstance` and queue
     /// capacity (at least 1).
     pub fn with_options(
@@ -106,11 +127,22 @@ impl Recorder {
         instance: &str,
         capacity: usize,
     ) -> Recorder {
+        Recorder::spawn(client, component, instance, capacity, BTreeMap::new())
+    }
+
+    fn spawn(
+        client: kube::Client,
+        component: &'static str,
+        instance: &str,
+        capacity: usize,
+        annotations: BTreeMap<String, String>,
+    ) -> Recorder {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let writer = Writer {
             client,
             component,
             instance: instance.into(),
+            annotations,
             correlator: EventCorrelator::default(),
             last_suffix: 0,
             filtered: 0,
@@ -243,6 +275,8 @@ struct Writer {
     client: kube::Client,
     component: &'static str,
     instance: Arc<str>,
+    /// Put on every event created (none: as upstream).
+    annotations: BTreeMap<String, String>,
     correlator: EventCorrelator,
     last_suffix: u64,
     /// Spam-filtered events so far, to rate-limit the log line.
@@ -332,13 +366,13 @@ impl Writer {
                 Err(kube::Error::Api(s)) if s.is_not_found() => {
                     // Expired (event TTL) or deleted: create it again under
                     // the same name with the count so far, as client-go does.
-                    let ev = build_event(
+                    let ev = self.annotate(build_event(
                         &data,
                         entry.name.clone(),
                         entry.count,
                         entry.first,
                         entry.last,
-                    );
+                    ));
                     if self.create(&api, &ev).await {
                         self.correlator.record(key, entry);
                     } else {
@@ -357,7 +391,7 @@ impl Writer {
             p.involved.name.as_deref().unwrap_or_default(),
             self.next_suffix(p.at),
         );
-        let ev = build_event(&data, name.clone(), 1, p.at, p.at);
+        let ev = self.annotate(build_event(&data, name.clone(), 1, p.at, p.at));
         if self.create(&api, &ev).await {
             self.correlator.record(
                 key,
@@ -370,6 +404,16 @@ impl Writer {
                 },
             );
         }
+    }
+
+    fn annotate(&self, mut ev: Event) -> Event {
+        if !self.annotations.is_empty() {
+            ev.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .extend(self.annotations.clone());
+        }
+        ev
     }
 
     /// Creates `ev`, retrying transient failures. An AlreadyExists answer

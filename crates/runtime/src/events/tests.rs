@@ -129,6 +129,36 @@ async fn patch_of_expired_event_recreates_it_with_the_count() {
 }
 
 #[tokio::test]
+async fn annotated_recorder_marks_created_events_and_leaves_the_rest_as_upstream() {
+    let (client, seen) = mock_client(404);
+    let marks = BTreeMap::from([("kcm-rs.dev/mode".to_string(), "beside-kcm".to_string())]);
+    let rec = Recorder::annotated(client, "job-controller", marks);
+    rec.event(&job_ref(), EventType::Normal, "Completed", "Job completed");
+    // The count patch finds the event gone: it is created again, marked.
+    rec.event(&job_ref(), EventType::Normal, "Completed", "Job completed");
+    rec.flush().await;
+    let seen = seen.seen();
+    let methods: Vec<_> = seen.iter().map(|s| s.method.clone()).collect();
+    assert_eq!(methods, [Method::POST, Method::PATCH, Method::POST]);
+    for create in [&seen[0], &seen[2]] {
+        let b = &create.body;
+        assert_eq!(
+            b["metadata"]["annotations"]["kcm-rs.dev/mode"],
+            "beside-kcm"
+        );
+        assert_eq!(b["source"]["component"], "job-controller");
+        assert_eq!(b["reportingComponent"], "job-controller");
+    }
+    assert!(seen[1].body.get("metadata").is_none(), "count patch only");
+
+    let (client, seen) = mock_client(200);
+    let plain = Recorder::with_options(client, "job-controller", "i", 10);
+    plain.event(&job_ref(), EventType::Normal, "Completed", "Job completed");
+    plain.flush().await;
+    assert!(seen.seen()[0].body["metadata"].get("annotations").is_none());
+}
+
+#[tokio::test]
 async fn full_queue_drops_instead_of_blocking() {
     let component = "drop-test-controller";
     let before = dropped_events().with_label_values(&[component]).get();
@@ -155,6 +185,7 @@ async fn suffixes_are_unique_within_a_nanosecond() {
         client,
         component: "c",
         instance: "i".into(),
+        annotations: BTreeMap::new(),
         correlator: EventCorrelator::default(),
         last_suffix: 0,
         filtered: 0,

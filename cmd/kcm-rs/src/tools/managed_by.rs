@@ -1,0 +1,352 @@
+//! `kcm-rs lint` against a cluster: Jobs (and CronJobs' Job templates)
+//! whose `spec.managedBy` names a controller that is not running. Such a
+//! Job waits forever: KCM's job-controller leaves it alone and nothing
+//! else syncs it.
+//!
+//! "Running" is told from leader Leases, the only cluster-wide trace of a
+//! controller process. A Lease is held when its `holderIdentity` is set
+//! and `renewTime + leaseDurationSeconds` is not in the past. Which Lease
+//! belongs to a `managedBy` value:
+//!
+//! - kcm-rs's own (`--leader-elect-resource-namespace`/`-name`, by
+//!   default `kube-system/kcm-rs`) when it is held and its
+//!   `kcm-rs.dev/job-managed-by` annotation ([`kcm_job::mode`]) is that
+//!   value: the name it was started with beside KCM, or KCM's name when it
+//!   replaces KCM's job-controller;
+//! - `kubernetes.io/job-controller`: else KCM's,
+//!   `kube-system/kube-controller-manager` (a held Lease does not prove
+//!   KCM runs its job-controller: `--controllers` is not visible);
+//! - `kcm-rs.dev/…` names: else kcm-rs's Lease, whatever its annotation
+//!   (a kcm-rs from before the annotation writes none);
+//! - any other name: no Lease is known to belong to it, so lint says it
+//!   cannot tell and that nothing in the cluster is known to run it.
+//!
+//! A kcm-rs started with `--leader-elect=false` holds no Lease: lint
+//! cannot see it. Finished Jobs need no controller and are skipped.
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::coordination::v1::Lease;
+use kcm_job::lint::Finding;
+use kcm_job::mode;
+use kcm_job::pods::JOB_CONTROLLER_NAME;
+use kube::Api;
+use serde_json::Value;
+
+/// KCM's leader Lease (its `--leader-elect-resource-*` defaults).
+pub const KCM_LEASE: (&str, &str) = ("kube-system", "kube-controller-manager");
+
+/// Check identifiers, as `kcm_job::lint`'s.
+pub const NOT_RUNNING: &str = "managed-by-not-running";
+pub const UNKNOWN: &str = "managed-by-unknown";
+
+/// A Lease as lint found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Held by `holder`; `answers_to` is kcm-rs's `job-managed-by` mark.
+    Held {
+        holder: String,
+        answers_to: Option<String>,
+    },
+    /// A holder that stopped renewing: expired at this time.
+    Expired {
+        holder: String,
+        at: Timestamp,
+    },
+    /// No holder (released on shutdown) or no renewal time.
+    Released,
+    Missing,
+    /// Could not be read (RBAC, say).
+    Unreadable(String),
+}
+
+impl LeaseState {
+    /// From a Lease read at `now`.
+    pub fn of(lease: &Lease, now: Timestamp) -> LeaseState {
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.unwrap_or_default();
+        let (Some(renewed), false) = (spec.renew_time, holder.is_empty()) else {
+            return LeaseState::Released;
+        };
+        let secs = i64::from(spec.lease_duration_seconds.unwrap_or(0));
+        let until = renewed
+            .0
+            .checked_add(SignedDuration::from_secs(secs))
+            .unwrap_or(renewed.0);
+        if until < now {
+            return LeaseState::Expired { holder, at: until };
+        }
+        let answers_to = lease
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(mode::JOB_MANAGED_BY))
+            .cloned();
+        LeaseState::Held { holder, answers_to }
+    }
+
+    fn describe(&self, at: &str) -> String {
+        match self {
+            LeaseState::Held { holder, answers_to } => match answers_to.as_deref() {
+                Some("") => format!("{at} is held by {holder}, which runs no Job controller"),
+                Some(n) => format!("{at} is held by {holder}, which syncs managedBy {n}"),
+                None => format!("{at} is held by {holder}"),
+            },
+            LeaseState::Expired { holder, at: t } => {
+                format!("{at} expired at {t} (last holder {holder})")
+            }
+            LeaseState::Released => format!("{at} has no holder"),
+            LeaseState::Missing => format!("{at} does not exist"),
+            LeaseState::Unreadable(e) => format!("{at} could not be read ({e})"),
+        }
+    }
+}
+
+/// The Leases lint knows, with where they are.
+pub struct Leases {
+    pub kcm_rs: ((String, String), LeaseState),
+    pub kcm: LeaseState,
+}
+
+impl Leases {
+    /// Reads kcm-rs's Lease at `(namespace, name)` and KCM's.
+    pub async fn read(client: &kube::Client, kcm_rs: (String, String), now: Timestamp) -> Leases {
+        let ours = read(client, &kcm_rs.0, &kcm_rs.1, now).await;
+        let kcm = read(client, KCM_LEASE.0, KCM_LEASE.1, now).await;
+        Leases {
+            kcm_rs: (kcm_rs, ours),
+            kcm,
+        }
+    }
+}
+
+async fn read(client: &kube::Client, ns: &str, name: &str, now: Timestamp) -> LeaseState {
+    let api: Api<Lease> = Api::namespaced(client.clone(), ns);
+    match api.get_opt(name).await {
+        Ok(Some(l)) => LeaseState::of(&l, now),
+        Ok(None) => LeaseState::Missing,
+        Err(e) => LeaseState::Unreadable(e.to_string()),
+    }
+}
+
+/// Does any document name a controller (the Leases are read only then)?
+pub fn any_named(docs: &[Value]) -> bool {
+    docs.iter().any(|d| named(d).is_some())
+}
+
+/// The `managedBy` a document names and where, for an unfinished Job or a
+/// CronJob's template.
+fn named(doc: &Value) -> Option<(&str, &'static str)> {
+    match doc["kind"].as_str()? {
+        "Job" if !finished(doc) => Some((doc["spec"]["managedBy"].as_str()?, "spec.managedBy")),
+        "CronJob" => Some((
+            doc["spec"]["jobTemplate"]["spec"]["managedBy"].as_str()?,
+            "spec.jobTemplate.spec.managedBy",
+        )),
+        _ => None,
+    }
+}
+
+fn finished(job: &Value) -> bool {
+    job["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| matches!(c["type"].as_str(), Some("Complete" | "Failed")) && c["status"] == "True")
+}
+
+fn object(doc: &Value) -> String {
+    let kind = doc["kind"].as_str().unwrap_or("object");
+    let name = doc["metadata"]["name"].as_str().unwrap_or("<unnamed>");
+    match doc["metadata"]["namespace"].as_str() {
+        Some(ns) => format!("{kind} {ns}/{name}"),
+        None => format!("{kind} {name}"),
+    }
+}
+
+/// The findings for one document, given the Leases.
+pub fn check(doc: &Value, leases: &Leases) -> Option<Finding> {
+    let (value, path) = named(doc)?;
+    let ((ours_ns, ours_name), ours) = &leases.kcm_rs;
+    let ours_at = format!("kcm-rs's Lease {ours_ns}/{ours_name}");
+    if let LeaseState::Held { answers_to, .. } = ours
+        && answers_to.as_deref() == Some(value)
+    {
+        return None;
+    }
+    let finding = |check, problem: String, fix: String| Finding {
+        object: object(doc),
+        path: path.to_string(),
+        check,
+        problem,
+        fix,
+    };
+    if value == JOB_CONTROLLER_NAME {
+        if matches!(leases.kcm, LeaseState::Held { .. }) {
+            return None;
+        }
+        let kcm_at = format!("{}/{}", KCM_LEASE.0, KCM_LEASE.1);
+        return Some(finding(
+            NOT_RUNNING,
+            format!(
+                "{value} (kube-controller-manager's job-controller) has no Lease held for it: {}; {}",
+                leases.kcm.describe(&format!("the Lease {kcm_at}")),
+                ours.describe(&ours_at)
+            ),
+            "start kube-controller-manager, or kcm-rs replacing its job-controller; until then the Job waits".into(),
+        ));
+    }
+    if value.starts_with("kcm-rs.dev/") {
+        let fix = format!(
+            "run kcm-rs with --job-managed-by={value} (its Lease: --leader-elect-resource-namespace/-name, if not {ours_ns}/{ours_name}); until then the Job waits"
+        );
+        return match ours {
+            LeaseState::Held {
+                answers_to: None, ..
+            } => None,
+            LeaseState::Held { .. } => Some(finding(
+                NOT_RUNNING,
+                format!(
+                    "{value} is kcm-rs's, and kcm-rs syncs other Jobs: {}",
+                    ours.describe(&ours_at)
+                ),
+                fix,
+            )),
+            _ => Some(finding(
+                NOT_RUNNING,
+                format!(
+                    "{value} is kcm-rs's, and no Lease held for it: {}",
+                    ours.describe(&ours_at)
+                ),
+                fix,
+            )),
+        };
+    }
+    Some(finding(
+        UNKNOWN,
+        format!(
+            "which Lease {value} holds cannot be told, and nothing in the cluster is known to run it ({})",
+            ours.describe(&ours_at)
+        ),
+        format!("check that the controller for {value} runs; the Job waits for it"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn lease(holder: &str, renewed_ago: i64, duration: i32, answers_to: Option<&str>) -> Lease {
+        let now = Timestamp::now();
+        let mut l: Lease = serde_json::from_value(json!({
+            "metadata": {"name": "kcm-rs", "namespace": "kube-system"},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration,
+                     "renewTime": now.checked_sub(SignedDuration::from_secs(renewed_ago)).expect("time")}
+        }))
+        .expect("lease");
+        if let Some(a) = answers_to {
+            l.metadata.annotations =
+                Some([(mode::JOB_MANAGED_BY.to_string(), a.to_string())].into());
+        }
+        l
+    }
+
+    fn job(managed_by: Option<&str>, finished: bool) -> Value {
+        let mut j = json!({"kind": "Job", "metadata": {"name": "j", "namespace": "ns"},
+                           "spec": {"template": {}}});
+        if let Some(m) = managed_by {
+            j["spec"]["managedBy"] = m.into();
+        }
+        if finished {
+            j["status"]["conditions"] = json!([{"type": "Complete", "status": "True"}]);
+        }
+        j
+    }
+
+    fn leases(ours: LeaseState, kcm: LeaseState) -> Leases {
+        Leases {
+            kcm_rs: (("kube-system".into(), "kcm-rs".into()), ours),
+            kcm,
+        }
+    }
+
+    fn held(answers_to: Option<&str>) -> LeaseState {
+        LeaseState::Held {
+            holder: "h".into(),
+            answers_to: answers_to.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn a_lease_is_held_until_renew_time_plus_duration() {
+        let now = Timestamp::now();
+        let fresh = LeaseState::of(&lease("a", 5, 15, Some("x/y")), now);
+        let want = LeaseState::Held {
+            holder: "a".into(),
+            answers_to: Some("x/y".into()),
+        };
+        assert_eq!(fresh, want);
+        assert!(matches!(
+            LeaseState::of(&lease("a", 20, 15, None), now),
+            LeaseState::Expired { .. }
+        ));
+        assert_eq!(
+            LeaseState::of(&lease("", 0, 15, None), now),
+            LeaseState::Released
+        );
+    }
+
+    #[test]
+    fn each_managed_by_maps_to_its_lease() {
+        let ours = "kcm-rs.dev/job-controller";
+        let beside = leases(held(Some(ours)), LeaseState::Missing);
+        assert_eq!(check(&job(Some(ours), false), &beside), None);
+        assert_eq!(check(&job(None, false), &beside), None, "no managedBy");
+        assert_eq!(check(&job(Some(ours), true), &beside), None, "finished");
+        // kcm-rs's Lease gone: the opted-in Job waits.
+        for state in [
+            LeaseState::Missing,
+            LeaseState::Released,
+            LeaseState::Expired {
+                holder: "h".into(),
+                at: Timestamp::UNIX_EPOCH,
+            },
+        ] {
+            let f = check(&job(Some(ours), false), &leases(state, held(None))).expect("finding");
+            assert_eq!((f.check, f.path.as_str()), (NOT_RUNNING, "spec.managedBy"));
+            assert!(f.problem.contains("no Lease held for it"), "{}", f.problem);
+        }
+        // Held, but started for another name.
+        let other = leases(held(Some("kcm-rs.dev/other")), LeaseState::Missing);
+        assert!(check(&job(Some(ours), false), &other).is_some());
+        // KCM's name: KCM's Lease, or kcm-rs replacing it.
+        let kcm = JOB_CONTROLLER_NAME;
+        assert_eq!(
+            check(
+                &job(Some(kcm), false),
+                &leases(LeaseState::Missing, held(None))
+            ),
+            None
+        );
+        assert_eq!(
+            check(
+                &job(Some(kcm), false),
+                &leases(held(Some(kcm)), LeaseState::Missing)
+            ),
+            None
+        );
+        assert!(check(&job(Some(kcm), false), &beside).is_some());
+        // Unknown names: known only through kcm-rs's mark.
+        let f = check(&job(Some("example.com/mine"), false), &beside).expect("finding");
+        assert_eq!(f.check, UNKNOWN);
+        assert!(f.problem.contains("cannot be told"), "{}", f.problem);
+        let custom = leases(held(Some("example.com/mine")), LeaseState::Missing);
+        assert_eq!(check(&job(Some("example.com/mine"), false), &custom), None);
+        // CronJobs: the template's field.
+        let cron = json!({"kind": "CronJob", "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"jobTemplate": {"spec": {"managedBy": ours}}}});
+        let f = check(&cron, &leases(LeaseState::Missing, held(None))).expect("finding");
+        assert_eq!(f.path, "spec.jobTemplate.spec.managedBy");
+        assert!(any_named(&[cron]));
+    }
+}
