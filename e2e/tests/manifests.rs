@@ -381,6 +381,20 @@ async fn kcm_rs_runs_under_the_manifests_rbac() {
         "a token in the log"
     );
     eprintln!("kcm-rs log at --v=10: {lines} lines, no token");
+    // Start-up order: every controller's token is checked by a
+    // SelfSubjectReview (its user confirmed) before the Lease is sought.
+    let lease_sought = log.find("waiting for the lease").expect("lease log");
+    for account in CONTROLLER_ACCOUNTS {
+        let user = format!("system:serviceaccount:kube-system:{account}");
+        let checked = log
+            .lines()
+            .position(|l| l.contains("token checked") && l.contains(&user));
+        let at = checked.map(|i| log.lines().take(i).map(|l| l.len() + 1).sum::<usize>());
+        assert!(
+            at.is_some_and(|at| at < lease_sought),
+            "{user}: no SelfSubjectReview before the Lease was sought"
+        );
+    }
     eprintln!(
         "kcm-rs under base/rbac.yaml: no 403, {:?} in all",
         began.elapsed()

@@ -6,9 +6,9 @@ mod kubeconfig;
 mod logging;
 mod registry;
 mod serve;
+mod startup;
 mod tools;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -16,19 +16,28 @@ use std::time::Duration;
 
 use clap::Parser;
 use kcm_features::{Emulation, FeatureGates};
-use kcm_runtime::client::identity::{self, TokenSource};
 use kcm_runtime::client::{ClientOptions, Fence, build_client};
 use kcm_runtime::controller::{self, ControllerContext, ControllerSpec};
 use kcm_runtime::leader::{LeaderElectionConfig, LeaderElector};
 use tokio_util::sync::CancellationToken;
 
 use crate::flags::Flags;
+use crate::startup::StartError;
 
 /// Why the process stopped: user errors exit 2, lost leadership or runtime
 /// failures exit 1.
 enum Failure {
     User(String),
     Runtime(String),
+}
+
+impl From<StartError> for Failure {
+    fn from(e: StartError) -> Self {
+        match e {
+            StartError::Permanent(msg) => Failure::User(msg),
+            StartError::GaveUp(msg) => Failure::Runtime(msg),
+        }
+    }
 }
 
 async fn kube_config(flags: &Flags) -> Result<kube::Config, Failure> {
@@ -134,9 +143,13 @@ async fn review_client(
         ..ClientOptions::for_component("delegated-auth")
     };
     let client = build_client(config, &opts).map_err(|e| Failure::User(format!("{flag}: {e}")))?;
-    kubeconfig::probe(&client, &url)
+    let never = CancellationToken::new();
+    startup::server_version(&client, &url, &never)
         .await
-        .map_err(|e| Failure::User(format!("{flag}: {e}")))?;
+        .map_err(|e| match Failure::from(e) {
+            Failure::User(m) => Failure::User(format!("{flag}: {m}")),
+            Failure::Runtime(m) => Failure::Runtime(format!("{flag}: {m}")),
+        })?;
     Ok(Some(client))
 }
 
@@ -160,51 +173,6 @@ async fn delegated_auth(flags: &Flags) -> Result<kcm_serving::Delegate, Failure>
     ))
 }
 
-/// `--use-service-account-credentials`: a renewed token per selected
-/// controller. A refused TokenRequest is a start-up error.
-async fn controller_identities(
-    flags: &Flags,
-    config: &kube::Config,
-    selected: &[&'static ControllerSpec],
-    stop: &CancellationToken,
-) -> Result<Arc<HashMap<String, TokenSource>>, Failure> {
-    let mut map = HashMap::new();
-    if !flags.use_service_account_credentials {
-        return Ok(Arc::new(map));
-    }
-    let client = build_client(
-        config.clone(),
-        &ClientOptions::for_component("token-requests"),
-    )
-    .map_err(|e| Failure::Runtime(e.to_string()))?;
-    // Not bound to the pod: the API server refuses to bind a token to a pod
-    // running as another ServiceAccount (kcm-rs's pod runs as kcm-rs).
-    let bound: Option<identity::BoundPod> = None;
-    for spec in selected {
-        let account = format!(
-            "{}{}",
-            flags.controller_service_account_prefix, spec.client_name
-        );
-        let token = identity::service_account_token(
-            client.clone(),
-            &account,
-            bound.clone(),
-            stop.child_token(),
-            flags.service_account_token_renewal,
-        )
-        .await
-        .map_err(|e| Failure::User(e.to_string()))?;
-        tracing::info!(
-            controller = spec.name,
-            service_account = %account,
-            bound_to_pod = bound.as_ref().map(|p| p.name.as_str()),
-            "using its own identity"
-        );
-        map.insert(spec.client_name.to_string(), token);
-    }
-    Ok(Arc::new(map))
-}
-
 async fn run(
     flags: Flags,
     gates: FeatureGates,
@@ -214,9 +182,8 @@ async fn run(
     let url = config.cluster_url.to_string();
     let probe = kube::Client::try_from(config.clone())
         .map_err(|e| Failure::User(format!("building a client for {url}: {e}")))?;
-    let version = kubeconfig::probe(&probe, &url)
-        .await
-        .map_err(Failure::User)?;
+    let stop = CancellationToken::new();
+    let version = startup::server_version(&probe, &url, &stop).await?;
     let emulation = behave_as(flags.emulated_version.as_deref(), &version)?;
     let behaves_as = emulation.binary();
     tracing::info!(server = %url, %version, kcm_version = %behaves_as, emulated_version = %emulation, "connected");
@@ -253,7 +220,6 @@ async fn run(
     )) {
         tracing::warn!("process metrics unavailable: {e}");
     }
-    let stop = CancellationToken::new();
     let status = Arc::new(serve::Status::default());
     *status.standby.write() = flags.leader_elect;
     let server = if flags.port != 0 {
@@ -282,6 +248,21 @@ async fn run(
         });
     }
 
+    // Identities first: a process whose tokens do not work must never hold
+    // the Lease (a standby keeps renewing its tokens while it waits).
+    let identities = if flags.use_service_account_credentials {
+        startup::controller_identities(
+            &config,
+            &flags.controller_service_account_prefix,
+            &selected,
+            flags.service_account_token_renewal,
+            &stop,
+        )
+        .await?
+    } else {
+        Arc::default()
+    };
+
     // Without leader election the process always writes; with it, from
     // acquiring until a renewal is overdue (see `kcm_runtime::leader`).
     let fence = if flags.leader_elect {
@@ -303,8 +284,12 @@ async fn run(
             &ClientOptions::for_component("leader-election"),
         )
         .map_err(|e| Failure::User(e.to_string()))?;
+        // The Lease says which mode runs (kcm_job::mode; `kcm-rs lint` reads it).
+        let jobs = selected.iter().any(|c| c.name == kcm_job::SPEC.name);
+        let marks = kcm_job::mode::annotations(flags.job.job_managed_by.as_deref(), jobs);
         let mut e = LeaderElector::new(lease_client, cfg, fence.clone())
-            .map_err(|e| Failure::User(e.to_string()))?;
+            .map_err(|e| Failure::User(e.to_string()))?
+            .with_annotations(marks);
         tracing::info!(identity = %e.identity(), lease = %flags.leader_elect_resource_name, "waiting for the lease");
         if !e.acquire(&stop).await {
             return Ok(());
@@ -314,17 +299,6 @@ async fn run(
         None
     };
     *status.standby.write() = false;
-    // A process that cannot start its controllers gives the Lease back
-    // first, so a healthy standby need not wait out a lease duration.
-    let identities = match controller_identities(&flags, &config, &selected, &stop).await {
-        Ok(i) => i,
-        Err(e) => {
-            if let Some(el) = elector.as_mut() {
-                el.release().await;
-            }
-            return Err(e);
-        }
-    };
     let options = controller::Options {
         qps: flags.kube_api_qps,
         burst: flags.kube_api_burst,
@@ -340,6 +314,8 @@ async fn run(
         fence: fence.clone(),
         clock: kcm_runtime::clock::Clock::system(),
     };
+    // A process that cannot start its controllers gives the Lease back
+    // first, so a healthy standby need not wait out a lease duration.
     let started = ControllerContext::new(config, options, stop.child_token())
         .and_then(|ctx| controller::start(&ctx, &selected).map(|r| (ctx, r)));
     let (ctx, running) = match started {

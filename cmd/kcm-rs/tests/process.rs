@@ -27,6 +27,15 @@ fn assert_user_error(out: &Output, needle: &str) {
     assert!(!err.contains("stack backtrace"), "no stack trace:\n{err}");
 }
 
+/// Transient failures at start for the whole retry bound: exit 1, one line.
+fn assert_gave_up(out: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "exit code; stderr:\n{err}");
+    assert!(err.contains(needle), "stderr lacks {needle:?}:\n{err}");
+    assert!(err.contains("gave up after 15s"), "bounded retries:\n{err}");
+    assert!(!err.contains("panicked"), "no panic:\n{err}");
+}
+
 #[test]
 fn bad_input_is_a_clear_error_with_exit_code_2() {
     let kc = shared().kubeconfig().display().to_string();
@@ -51,7 +60,8 @@ fn bad_input_is_a_clear_error_with_exit_code_2() {
     ]);
     assert_eq!(out.status.code(), Some(2));
 
-    // A port nobody listens on: connection refused, reported, not retried forever.
+    // A port nobody listens on: transient, retried with back-off for a
+    // bounded time, then exit 1 (not the user's error), not retried forever.
     let free = TcpListener::bind("127.0.0.1:0")
         .expect("bind")
         .local_addr()
@@ -62,7 +72,7 @@ fn bad_input_is_a_clear_error_with_exit_code_2() {
         &format!("--master=https://127.0.0.1:{free}"),
         "--secure-port=0",
     ]);
-    assert_user_error(&out, "API server at https://127.0.0.1");
+    assert_gave_up(&out, "asking the API server at https://127.0.0.1");
 
     let garbage = tempfile_with("this is: [not a kubeconfig");
     let out = run_to_end(&[
@@ -162,15 +172,18 @@ fn bad_security_input_is_a_clear_error_with_exit_code_2() {
     ));
     let authn = format!("--authentication-kubeconfig={}", unreachable.display());
     let out = run_to_end(&[&kc, local, &port, &authn]);
-    assert_user_error(
+    assert_gave_up(
         &out,
-        "--authentication-kubeconfig: the API server at https://127.0.0.1",
+        "--authentication-kubeconfig: asking the API server at https://127.0.0.1",
     );
-    // No ServiceAccount kube-system/kcm-rs-job-controller on this control plane.
+    // No ServiceAccount kube-system/kcm-rs-job-controller on this control
+    // plane: refused before the Lease is sought, so no Lease is ever taken.
+    let lease = format!("tokens-first-{}", std::process::id());
     let out = run_to_end(&[
         &kc,
         "--secure-port=0",
-        "--leader-elect=false",
+        "--leader-elect-resource-namespace=default",
+        &format!("--leader-elect-resource-name={lease}"),
         "--controllers=job-controller",
         "--use-service-account-credentials",
     ]);
@@ -183,6 +196,14 @@ fn bad_security_input_is_a_clear_error_with_exit_code_2() {
             .matches("error:")
             .count(),
         1
+    );
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let leases: Api<Lease> =
+        Api::namespaced(rt.block_on(shared().client()).expect("client"), "default");
+    let got = rt.block_on(leases.get_opt(&lease)).expect("get lease");
+    assert!(
+        got.is_none(),
+        "the Lease was sought before the tokens: {got:?}"
     );
 }
 

@@ -1,0 +1,327 @@
+//! The start-up steps that talk to the API server before any controller
+//! runs, in order: the version probe, then (with
+//! `--use-service-account-credentials`) one token per controller, each
+//! checked with a SelfSubjectReview. All of it happens before the Lease is
+//! sought, so a process whose identities are broken never holds the Lease.
+//!
+//! Every step retries transient failures (no connection, 429, 5xx) with
+//! exponential back-off for at most [`RETRY_BOUND`]; a process that gives up
+//! after that exits 1 (the cluster, not the command line, is at fault). A
+//! permanent answer (401, 403, 404, a bad certificate) is reported at once
+//! as the user's to fix.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use kcm_runtime::client::identity::{self, IdentityError, TokenSource};
+use kcm_runtime::client::{ClientOptions, build_client, build_client_as};
+use kcm_runtime::controller::ControllerSpec;
+use kube::Api;
+use kube::api::PostParams;
+use tokio_util::sync::CancellationToken;
+
+/// How long one start-up step keeps retrying transient failures, as KCM
+/// waits for its API server at start.
+pub const RETRY_BOUND: Duration = Duration::from_secs(15);
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(4);
+
+/// How one attempt failed.
+#[derive(Debug)]
+pub enum Attempt {
+    /// Worth another try: the server may come up or recover.
+    Transient(String),
+    /// Another try would get the same answer.
+    Permanent(String),
+}
+
+/// Why a step failed for good.
+#[derive(Debug)]
+pub enum StartError {
+    /// The user's to fix (flags, RBAC, certificates): exit 2.
+    Permanent(String),
+    /// Transient failures for the whole [`RETRY_BOUND`]: exit 1.
+    GaveUp(String),
+}
+
+/// Is `e` worth another attempt?
+pub fn transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+fn classify(e: &kube::Error, what: impl FnOnce() -> String) -> Attempt {
+    if transient(e) {
+        Attempt::Transient(what())
+    } else {
+        Attempt::Permanent(what())
+    }
+}
+
+/// Runs `step` until it succeeds, fails permanently, or [`RETRY_BOUND`]
+/// has passed; `what` names the step in messages. The wait between two
+/// attempts doubles from 250 ms up to 4 s. A cancelled `stop` ends the
+/// retries at once.
+pub async fn with_retries<T, F, Fut>(
+    what: &str,
+    stop: &CancellationToken,
+    bound: Duration,
+    mut step: F,
+) -> Result<T, StartError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Attempt>>,
+{
+    let deadline = tokio::time::Instant::now() + bound;
+    let mut backoff = FIRST_BACKOFF;
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let last = match tokio::time::timeout_at(deadline, step()).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(Attempt::Permanent(msg))) => return Err(StartError::Permanent(msg)),
+            Ok(Err(Attempt::Transient(msg))) => msg,
+            Err(_) => "no answer".to_string(),
+        };
+        let now = tokio::time::Instant::now();
+        if now + backoff >= deadline || stop.is_cancelled() {
+            return Err(StartError::GaveUp(format!(
+                "{what}: gave up after {bound:?} ({attempts} attempts; last: {last})"
+            )));
+        }
+        tracing::warn!(step = what, error = %last, retry_in = ?backoff, "transient failure at start, retrying");
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = stop.cancelled() => {}
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// The API server's `gitVersion`.
+pub async fn server_version(
+    client: &kube::Client,
+    url: &str,
+    stop: &CancellationToken,
+) -> Result<String, StartError> {
+    with_retries(
+        &format!("asking the API server at {url} for its version"),
+        stop,
+        RETRY_BOUND,
+        || async {
+            client
+                .apiserver_version()
+                .await
+                .map(|v| v.git_version)
+                .map_err(|e| {
+                    classify(&e, || {
+                        format!("the API server at {url} answered with an error: {e}")
+                    })
+                })
+        },
+    )
+    .await
+}
+
+/// The user name a ServiceAccount's tokens authenticate as.
+fn service_account_user(account: &str) -> String {
+    format!("system:serviceaccount:{}:{account}", identity::NAMESPACE)
+}
+
+/// Asks the API server who `token` is. 403 means it authenticated but this
+/// cluster's policy does not let it ask (the bootstrap `system:basic-user`
+/// role normally does): accepted with a warning, since a bad token gets 401.
+async fn check_token(
+    config: &kube::Config,
+    token: &TokenSource,
+    stop: &CancellationToken,
+) -> Result<(), StartError> {
+    let account = token.account().to_string();
+    let client = build_client_as(
+        config.clone(),
+        &ClientOptions::for_component("token-requests"),
+        token.clone(),
+    )
+    .map_err(|e| StartError::Permanent(e.to_string()))?;
+    let api: Api<SelfSubjectReview> = Api::all(client);
+    let expected = service_account_user(&account);
+    let who = with_retries(
+        &format!("SelfSubjectReview as {expected}"),
+        stop,
+        RETRY_BOUND,
+        || async {
+            match api
+                .create(&PostParams::default(), &SelfSubjectReview::default())
+                .await
+            {
+                Ok(r) => Ok(r.status.and_then(|s| s.user_info).and_then(|u| u.username)),
+                Err(kube::Error::Api(s)) if s.code == 403 => Ok(None),
+                Err(e) => Err(classify(&e, || {
+                    format!("SelfSubjectReview with the token of {expected} failed: {e}")
+                })),
+            }
+        },
+    )
+    .await?;
+    match who {
+        Some(user) if user == expected => {
+            tracing::info!(service_account = %account, user = %user, "token checked");
+            Ok(())
+        }
+        Some(user) => Err(StartError::Permanent(format!(
+            "the token minted for {expected} authenticates as {user:?}"
+        ))),
+        None => {
+            tracing::warn!(
+                service_account = %account,
+                "SelfSubjectReview forbidden: the token authenticates, its user name is not confirmed"
+            );
+            Ok(())
+        }
+    }
+}
+
+/// `--use-service-account-credentials`: a renewed, checked token per
+/// selected controller (`prefix` + the controller's client name).
+pub async fn controller_identities(
+    config: &kube::Config,
+    prefix: &str,
+    selected: &[&'static ControllerSpec],
+    renewal: Option<Duration>,
+    stop: &CancellationToken,
+) -> Result<Arc<HashMap<String, TokenSource>>, StartError> {
+    let client = build_client(
+        config.clone(),
+        &ClientOptions::for_component("token-requests"),
+    )
+    .map_err(|e| StartError::Permanent(e.to_string()))?;
+    let mut map = HashMap::new();
+    for spec in selected {
+        let account = format!("{prefix}{}", spec.client_name);
+        // Not bound to the pod: the API server refuses to bind a token to a
+        // pod running as another ServiceAccount (kcm-rs's pod runs as kcm-rs).
+        let token = with_retries(
+            &format!("TokenRequest for {}/{account}", identity::NAMESPACE),
+            stop,
+            RETRY_BOUND,
+            || async {
+                identity::service_account_token(
+                    client.clone(),
+                    &account,
+                    None,
+                    stop.child_token(),
+                    renewal,
+                )
+                .await
+                .map_err(Attempt::from)
+            },
+        )
+        .await?;
+        check_token(config, &token, stop).await?;
+        tracing::info!(controller = spec.name, service_account = %account, "using its own identity");
+        map.insert(spec.client_name.to_string(), token);
+    }
+    Ok(Arc::new(map))
+}
+
+impl From<IdentityError> for Attempt {
+    fn from(e: IdentityError) -> Self {
+        match &e {
+            IdentityError::Refused { source, .. } if transient(source) => {
+                Attempt::Transient(e.to_string())
+            }
+            _ => Attempt::Permanent(e.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("x", "y")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn only_429_and_5xx_are_transient_among_api_answers() {
+        for code in [429, 500, 503, 504] {
+            assert!(transient(&api(code)), "{code}");
+        }
+        for code in [400, 401, 403, 404, 409, 422] {
+            assert!(!transient(&api(code)), "{code}");
+        }
+    }
+
+    #[tokio::test]
+    async fn transient_failures_are_retried_with_back_off_until_the_bound() {
+        let stop = CancellationToken::new();
+        let started = tokio::time::Instant::now();
+        let mut calls = 0;
+        let bound = Duration::from_secs(1);
+        let got: Result<(), _> = with_retries("probe", &stop, bound, || {
+            calls += 1;
+            async { Err(Attempt::Transient("refused".into())) }
+        })
+        .await;
+        let Err(StartError::GaveUp(msg)) = got else {
+            panic!("expected GaveUp, got {got:?}")
+        };
+        assert!(msg.contains("last: refused"), "{msg}");
+        // Waits of 0.25 s and 0.5 s; the next, 1 s, would pass the bound.
+        assert_eq!(calls, 3);
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(750) && took <= bound,
+            "{took:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_permanent_answer_ends_at_once_and_a_late_success_wins() {
+        let stop = CancellationToken::new();
+        let got: Result<(), _> = with_retries("probe", &stop, RETRY_BOUND, || async {
+            Err(Attempt::Permanent("401".into()))
+        })
+        .await;
+        assert!(matches!(got, Err(StartError::Permanent(m)) if m == "401"));
+
+        let mut calls = 0;
+        let got = with_retries("probe", &stop, RETRY_BOUND, || {
+            calls += 1;
+            let n = calls;
+            async move {
+                if n < 3 {
+                    Err(Attempt::Transient("503".into()))
+                } else {
+                    Ok(n)
+                }
+            }
+        })
+        .await;
+        assert_eq!(got.ok(), Some(3));
+    }
+
+    #[tokio::test]
+    async fn a_stalled_attempt_counts_against_the_bound() {
+        let stop = CancellationToken::new();
+        let started = tokio::time::Instant::now();
+        let bound = Duration::from_millis(300);
+        let got: Result<(), _> = with_retries("probe", &stop, bound, || {
+            std::future::pending::<Result<(), Attempt>>()
+        })
+        .await;
+        assert!(matches!(got, Err(StartError::GaveUp(m)) if m.contains("no answer")));
+        assert!(started.elapsed() >= bound);
+    }
+}
