@@ -155,6 +155,12 @@ async fn foreground(s: Scn) {
     kcm_e2e::kubelet::finish_pod(&s.pods, &first, 0)
         .await
         .expect("finish");
+    // Counted before the delete: otherwise whether the finished pod counts
+    // depends on which event each controller sees first.
+    s.wait_job("j", "the finished pod counted", |j| {
+        j.status.as_ref().and_then(|st| st.succeeded) == Some(1)
+    })
+    .await;
     s.jobs
         .delete("j", &DeleteParams::foreground())
         .await
