@@ -540,3 +540,244 @@ async fn lint_finds_each_planted_mistake_and_nothing_in_a_clean_file() {
         "{text}"
     );
 }
+
+/// kcm-rs beside KCM (`--job-managed-by`), with leader election on a Lease
+/// of the test's namespace: the Lease and the Job's events say the mode;
+/// `explain` on an opted-in Job reads as on a classic one, with managedBy
+/// shown; `lint` is silent about opted-in Jobs while the Lease is held,
+/// and warns once it has expired (kcm-rs killed) or when it names a Lease
+/// that does not exist.
+#[tokio::test]
+async fn beside_kcm_explain_lint_and_mode_marks() {
+    const MANAGED_BY: &str = "kcm-rs.dev/job-controller";
+    const LEASE: &str = "kcm-rs-beside";
+    let cp = shared();
+    let client = cp.client().await.expect("client");
+    let ns = TestNamespace::create(&client, "beside-tools")
+        .await
+        .expect("ns");
+    let kc = cp.kubeconfig().display().to_string();
+    let kcarg = format!("--kubeconfig={kc}");
+    let log = std::env::temp_dir().join(format!("kcm-rs-beside-tools-{}.log", std::process::id()));
+    let out = std::fs::File::create(&log).expect("log file");
+    let mut kcm_rs = Running(
+        Command::new(BIN)
+            .args([
+                kcarg.as_str(),
+                &format!("--job-managed-by={MANAGED_BY}"),
+                "--leader-elect=true",
+                &format!("--leader-elect-resource-namespace={}", ns.name),
+                &format!("--leader-elect-resource-name={LEASE}"),
+                "--secure-port=0",
+            ])
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log"))
+            .stderr(out)
+            .spawn()
+            .expect("spawn kcm-rs"),
+    );
+
+    // The Lease says the mode.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), &ns.name);
+    let marks = until("the Lease held and marked", || async {
+        let l = leases.get_opt(LEASE).await.ok()??;
+        let held = !l.spec.as_ref()?.holder_identity.as_deref()?.is_empty();
+        held.then_some(l.metadata.annotations?)
+    })
+    .await;
+    assert_eq!(marks["kcm-rs.dev/mode"], "beside-kcm", "{marks:?}");
+    assert_eq!(marks["kcm-rs.dev/job-managed-by"], MANAGED_BY, "{marks:?}");
+
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let fatal_rule = json!({"rules": [{"action": "FailJob",
+        "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}}]});
+    create_job(
+        &jobs,
+        "opted",
+        json!({"managedBy": MANAGED_BY, "backoffLimit": 2, "podFailurePolicy": fatal_rule}),
+    )
+    .await;
+    create_job(
+        &jobs,
+        "classic",
+        json!({"suspend": true, "backoffLimit": 2, "podFailurePolicy": fatal_rule}),
+    )
+    .await;
+    create_job(
+        &jobs,
+        "waiting",
+        json!({"managedBy": MANAGED_BY, "suspend": true}),
+    )
+    .await;
+    create_job(
+        &jobs,
+        "elsewhere",
+        json!({"managedBy": "example.com/batch", "suspend": true}),
+    )
+    .await;
+
+    // kcm-rs runs the opted-in Job: its pod exits 42, FailJob ends it.
+    let pod = until("the opted-in Job's pod", || async {
+        let lp = ListParams::default().labels("batch.kubernetes.io/job-name=opted");
+        pods.list(&lp).await.ok()?.items.into_iter().next()
+    })
+    .await;
+    kubelet::finish_pod(&pods, &name(&pod), 42)
+        .await
+        .expect("exit 42");
+    let failed = until("the opted-in Job Failed", || async {
+        let j = jobs.get("opted").await.ok()?;
+        job_condition(&j, "Failed").map(|_| j)
+    })
+    .await;
+    let (reason, message) = job_condition(&failed, "Failed").expect("Failed");
+    assert_eq!(reason, "PodFailurePolicy");
+
+    // Its events say the mode; source and reporting component stay
+    // upstream's.
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns.name);
+    let created = until("the SuccessfulCreate event", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.involved_object.name.as_deref() == Some("opted")
+                    && e.reason.as_deref() == Some("SuccessfulCreate")
+            })
+    })
+    .await;
+    let ann = created.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        ann.get("kcm-rs.dev/mode").map(String::as_str),
+        Some("beside-kcm")
+    );
+    assert_eq!(
+        ann.get("kcm-rs.dev/job-managed-by").map(String::as_str),
+        Some(MANAGED_BY)
+    );
+    assert_eq!(
+        created.source.and_then(|s| s.component).as_deref(),
+        Some("job-controller")
+    );
+    assert_eq!(
+        created.reporting_component.as_deref(),
+        Some("job-controller")
+    );
+
+    // explain: the opted-in Job reads as a classic one, plus managedBy.
+    let explain_json = |job: &str| {
+        let out = tool_ok(&[
+            "explain",
+            "job",
+            &format!("{}/{job}", ns.name),
+            &kcarg,
+            "-o",
+            "json",
+        ]);
+        serde_json::from_slice::<Value>(&out.stdout).expect("json report")
+    };
+    let keys = |v: &Value| {
+        v.as_object()
+            .map(|o| o.keys().cloned().collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+    let opted = explain_json("opted");
+    let classic = explain_json("classic");
+    assert_eq!(keys(&opted), keys(&classic), "same document shape");
+    assert_eq!(opted["verdict"]["state"], "Failed", "{opted:#}");
+    assert_eq!(opted["verdict"]["condition"]["message"], message.as_str());
+    assert_eq!(opted["verdict"]["agrees"], true);
+    assert_eq!(failure(&opted, &name(&pod))["rule"], 0);
+    assert_eq!(failure(&opted, &name(&pod))["action"], "FailJob");
+    let text = |job: &str| {
+        stdout(&tool_ok(&[
+            "explain",
+            "job",
+            &format!("{}/{job}", ns.name),
+            &kcarg,
+        ]))
+    };
+    let (opted_text, classic_text) = (text("opted"), text("classic"));
+    eprintln!("--- kcm-rs explain job opted\n{opted_text}--- classic\n{classic_text}");
+    assert!(opted_text.contains(&format!("managedBy {MANAGED_BY}")));
+    assert!(!classic_text.contains("managedBy"));
+    for needle in ["rule 0: FailJob", "status: ", "Verdict: "] {
+        assert!(opted_text.contains(needle), "{needle:?}:\n{opted_text}");
+        assert!(classic_text.contains(needle), "{needle:?}:\n{classic_text}");
+    }
+    assert!(opted_text.contains("Verdict: Failed") && opted_text.contains("POD"));
+
+    // lint while the Lease is held: only the Job no controller is known for.
+    let lint = |lease: &str| {
+        let out = tool(&[
+            "lint",
+            "-n",
+            &ns.name,
+            &kcarg,
+            &format!("--leader-elect-resource-namespace={}", ns.name),
+            &format!("--leader-elect-resource-name={lease}"),
+            "-o",
+            "json",
+        ]);
+        let findings: Value = serde_json::from_slice(&out.stdout).expect("json findings");
+        let got: Vec<(String, String, String)> = findings
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|f| {
+                let s = |k: &str| f[k].as_str().unwrap_or("").to_string();
+                (s("object"), s("check"), s("problem"))
+            })
+            .collect();
+        (out.status.code(), got)
+    };
+    let job_ref = |j: &str| format!("Job {}/{j}", ns.name);
+    let (code, held) = lint(LEASE);
+    eprintln!("--- lint, Lease held: {held:#?}");
+    assert_eq!(code, Some(1));
+    assert_eq!(held.len(), 1, "{held:#?}");
+    assert_eq!(
+        (held[0].0.as_str(), held[0].1.as_str()),
+        (job_ref("elsewhere").as_str(), "managed-by-unknown")
+    );
+    // A Lease that does not exist: the opted-in, unfinished Job waits.
+    let (_, missing) = lint("no-such-lease");
+    let waiting: Vec<_> = missing
+        .iter()
+        .filter(|f| f.0 == job_ref("waiting"))
+        .collect();
+    assert_eq!(waiting.len(), 1, "{missing:#?}");
+    assert_eq!(waiting[0].1, "managed-by-not-running");
+    assert!(
+        waiting[0].2.contains("no Lease held for it") && waiting[0].2.contains("does not exist"),
+        "{}",
+        waiting[0].2
+    );
+    assert!(
+        !missing.iter().any(|f| f.0 == job_ref("opted")),
+        "finished Jobs need no controller: {missing:#?}"
+    );
+
+    // Killed (no release): the Lease stays held until it expires; then
+    // lint warns.
+    let _ = kcm_rs.0.kill();
+    let _ = kcm_rs.0.wait();
+    let expired = until("lint to see the Lease expired", || async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (_, got) = lint(LEASE);
+        got.into_iter()
+            .find(|f| f.0 == job_ref("waiting") && f.1 == "managed-by-not-running")
+    })
+    .await;
+    eprintln!("--- lint after kcm-rs was killed: {}", expired.2);
+    assert!(
+        expired.2.contains("no Lease held for it") && expired.2.contains("expired at"),
+        "{}",
+        expired.2
+    );
+}

@@ -224,7 +224,7 @@ pub fn check(doc: &Value, leases: &Leases) -> Option<Finding> {
     Some(finding(
         UNKNOWN,
         format!(
-            "which Lease {value} holds cannot be told, and nothing in the cluster is known to run it ({})",
+            "no Lease is known to belong to {value}, so whether it runs cannot be told: nothing in the cluster is known to run it ({})",
             ours.describe(&ours_at)
         ),
         format!("check that the controller for {value} runs; the Job waits for it"),
