@@ -7,7 +7,8 @@
 //! the audit log: no write by KCM to an opted-in Job or its pods, none by
 //! kcm-rs to the others; kcm-rs's status writes pass the API server's
 //! stricter validation of externally managed Jobs (a refused write would
-//! leave the Job unfinished and show as a 422 here).
+//! leave the Job unfinished and show as a 422 here). Both write Job events
+//! as `job-controller`; only kcm-rs's carry `kcm-rs.dev/mode: beside-kcm`.
 
 #[path = "manifests/support.rs"]
 #[allow(dead_code)]
@@ -276,6 +277,40 @@ async fn mixed_namespace_each_job_has_exactly_one_controller() {
         "KCM created the other Jobs' pods"
     );
     assert!(wrong.is_empty(), "writes across the line: {wrong:#?}");
+
+    // Both write events as `job-controller`; kcm-rs's carry its mode.
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(admin.clone(), &ns.name);
+    let mut marked = BTreeMap::<(bool, Option<String>), usize>::new();
+    for e in events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+    {
+        if e.involved_object.kind.as_deref() != Some("Job") {
+            continue;
+        }
+        let job = e.involved_object.name.clone().unwrap_or_default();
+        assert_eq!(
+            e.source.and_then(|s| s.component).as_deref(),
+            Some("job-controller"),
+            "{job}"
+        );
+        let mode = e
+            .metadata
+            .annotations
+            .and_then(|a| a.get("kcm-rs.dev/mode").cloned());
+        *marked.entry((opted.contains(&job), mode)).or_default() += 1;
+    }
+    eprintln!("Job events (opted in, kcm-rs.dev/mode): {marked:?}");
+    assert!(
+        marked
+            .keys()
+            .all(|(opted_in, mode)| *opted_in == (mode.as_deref() == Some("beside-kcm"))),
+        "kcm-rs's events, and only those, say beside-kcm: {marked:?}"
+    );
+    assert!(marked.contains_key(&(true, Some("beside-kcm".into()))));
+    assert!(marked.contains_key(&(false, None)));
     ours.kill().ok();
     ours.wait().ok();
 }
