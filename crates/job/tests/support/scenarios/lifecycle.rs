@@ -259,6 +259,8 @@ pub const FOREGROUND: Scenario = Scenario {
     script: |s| Box::pin(foreground(s)),
     fix: exact,
     expect: |snaps| {
-        assert_eq!((snaps[0].1.tracked, snaps[0].1.pods), (0, 3));
+        // The sync that counted the finished pod created its replacement.
+        assert_eq!((snaps[0].1.tracked, snaps[0].1.pods), (0, 4));
+        assert_eq!(snaps[0].1.job.succeeded, 1, "{:#?}", snaps[0].1);
     },
 };
