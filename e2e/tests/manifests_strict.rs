@@ -9,66 +9,14 @@
 #[allow(dead_code)]
 mod support;
 
-use std::path::PathBuf;
-use std::process::Command;
-use std::time::Duration;
-
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kcm_e2e::ControlPlane;
-use kcm_e2e::wait::wait_for;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{self, Scope};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use support::*;
-
-/// The Prometheus Operator release whose CRDs the manifests are checked
-/// against (the module holds them in `example/prometheus-operator-crd/`).
-const OPERATOR: &str = "github.com/prometheus-operator/prometheus-operator@v0.85.0";
-const CRDS: &[&str] = &["servicemonitors", "prometheusrules"];
-
-/// The operator's module directory in the Go module cache, downloaded if
-/// needed.
-fn operator_module() -> PathBuf {
-    let scratch = tempfile::tempdir().expect("tempdir");
-    let out = Command::new("go")
-        .args(["mod", "download", "-json", OPERATOR])
-        // Outside any module, so no go.mod is consulted or changed.
-        .current_dir(scratch.path())
-        .env("GOFLAGS", "-mod=mod")
-        .output()
-        .expect("run go (needed for the control plane anyway)");
-    let info: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        panic!("go mod download {OPERATOR}: {e}: {stderr}")
-    });
-    let dir = info["Dir"]
-        .as_str()
-        .unwrap_or_else(|| panic!("go mod download {OPERATOR}: {info}"));
-    PathBuf::from(dir)
-}
-
-async fn install_crds(admin: &kube::Client) {
-    let dir = operator_module().join("example/prometheus-operator-crd");
-    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
-    for plural in CRDS {
-        let file = dir.join(format!("monitoring.coreos.com_{plural}.yaml"));
-        let made = kcm_e2e::apply::create_from_file(admin, &file, "default").await;
-        made.unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        let name = format!("{plural}.monitoring.coreos.com");
-        let established = |c: &CustomResourceDefinition| {
-            let conds = c.status.as_ref().and_then(|s| s.conditions.as_ref());
-            conds.is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            })
-        };
-        let wait = wait_for(&crds, &name, Duration::from_secs(60), &name, established).await;
-        wait.expect("CRD established");
-    }
-}
 
 /// Server-side apply, dry-run, strict field validation: the API server's
 /// answer.

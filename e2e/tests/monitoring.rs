@@ -203,10 +203,12 @@ async fn prometheus_scrapes_kcm_rs_and_every_panel_and_alert_has_data() {
     let stats = Arc::new(SimStats::default());
     let sim_task = tokio::spawn(sim::run(admin.clone(), sim_cfg, Arc::clone(&stats)));
 
-    // Labels as the ServiceMonitor's scrape sets them.
+    // Labels as the ServiceMonitor's scrape sets them, and `cluster`, as a
+    // Prometheus holding several clusters' series has it (the alerts keep it).
     let target = Target {
         address: format!("127.0.0.1:{}", kcm.port),
         labels: [
+            ("cluster", "local"),
             ("job", "kcm-rs"),
             ("namespace", "kube-system"),
             ("pod", "kcm-rs-0"),

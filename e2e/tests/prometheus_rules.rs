@@ -41,16 +41,24 @@ fn alerts(rules: &Value) -> Vec<(usize, usize, String)> {
 }
 
 /// Writes `rules` as `rules.yaml` beside a copy of the unit tests and runs
-/// `promtool test rules`.
-fn promtool_test(dir: &Path, rules: &Value) -> (bool, String) {
+/// `promtool test rules`; with `only`, the copy keeps only the test groups
+/// that check that alert (the others cannot see a change of its expression).
+fn promtool_test(dir: &Path, rules: &Value, only: Option<&str>) -> (bool, String) {
     std::fs::write(
         dir.join("rules.yaml"),
         serde_yaml_ng::to_string(rules).expect("yaml"),
     )
     .expect("write rules");
-    let tests = repo_root().join("e2e/tests/prometheus/alerts_test.yaml");
-    std::fs::copy(&tests, dir.join("alerts_test.yaml")).expect("copy tests");
+    let mut tests = yaml(&repo_root().join("e2e/tests/prometheus/alerts_test.yaml"));
+    if let Some(alert) = only {
+        let groups = tests["tests"].as_array_mut().expect("tests");
+        groups.retain(|g| {
+            let cases = g["alert_rule_test"].as_array();
+            cases.is_some_and(|cs| cs.iter().any(|c| c["alertname"] == alert))
+        });
+    }
     let file = dir.join("alerts_test.yaml");
+    std::fs::write(&file, serde_yaml_ng::to_string(&tests).expect("yaml")).expect("write tests");
     run_promtool(&["test", "rules", &file.display().to_string()], None)
         .unwrap_or_else(|e| panic!("{e}"))
 }
@@ -124,7 +132,7 @@ fn promtool_unit_tests_cover_every_alert() {
     }
 
     let dir = tempfile::tempdir().expect("tempdir");
-    let (ok, out) = promtool_test(dir.path(), &rules);
+    let (ok, out) = promtool_test(dir.path(), &rules, None);
     eprintln!("promtool test rules:\n{out}");
     assert!(
         ok && out.contains("SUCCESS"),
@@ -132,7 +140,8 @@ fn promtool_unit_tests_cover_every_alert() {
     );
 
     // Each alert's cases catch an expression that never fires and one that
-    // always fires (one thread per alert: promtool takes about a second).
+    // always fires (one thread per alert, each running only the groups that
+    // test that alert).
     std::thread::scope(|s| {
         for (g, r, name) in &alerts {
             let rules = &rules;
@@ -144,7 +153,7 @@ fn promtool_unit_tests_cover_every_alert() {
                 ] {
                     let mut mutated = rules.clone();
                     mutated["groups"][*g]["rules"][*r]["expr"] = Value::String(expr.into());
-                    let (ok, out) = promtool_test(dir.path(), &mutated);
+                    let (ok, out) = promtool_test(dir.path(), &mutated, Some(name));
                     assert!(
                         !ok,
                         "{name} replaced by `{expr}` ({what}) still passes:\n{out}"
@@ -158,4 +167,224 @@ fn promtool_unit_tests_cover_every_alert() {
         "{} alerts: each fires and stays silent as tested",
         alerts.len()
     );
+}
+
+/// The repository's web address, from the Go module path of the harness
+/// (`github.com/kcm-rs/kcm-rs/e2e/harness`).
+fn repository_url() -> String {
+    let go_mod = std::fs::read_to_string(repo_root().join("e2e/harness/go.mod")).expect("go.mod");
+    let module = go_mod
+        .lines()
+        .find_map(|l| l.strip_prefix("module "))
+        .expect("module line");
+    let repo = module.trim().trim_end_matches("/e2e/harness");
+    format!("https://{repo}")
+}
+
+/// The GitHub anchor of a Markdown heading: lower case, spaces as dashes,
+/// other punctuation dropped.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_alert_links_its_runbook_section() {
+    let rules = rule_file();
+    let base = format!("{}/blob/main/docs/runbook.md#", repository_url());
+    let runbook = std::fs::read_to_string(repo_root().join("docs/runbook.md")).expect("runbook");
+    let sections: Vec<&str> = runbook
+        .lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .collect();
+    let anchors: std::collections::BTreeSet<String> = sections.iter().map(|s| anchor(s)).collect();
+    let mut problems = Vec::new();
+    let alerts = alerts(&rules);
+    for (g, r, name) in &alerts {
+        let url = &rules["groups"][*g]["rules"][*r]["annotations"]["runbook_url"];
+        let want = format!("{base}{}", anchor(name));
+        match url.as_str() {
+            Some(u) if u == want => {}
+            other => problems.push(format!("{name}: runbook_url {other:?}, want {want}")),
+        }
+        if !anchors.contains(&anchor(name)) {
+            problems.push(format!("docs/runbook.md has no section `## {name}`"));
+        }
+    }
+    // No section for an alert that does not exist (renamed or removed).
+    for s in &sections {
+        if !alerts.iter().any(|(_, _, n)| n == s.trim()) {
+            problems.push(format!("docs/runbook.md section `## {s}` names no alert"));
+        }
+    }
+    // Links inside the runbook lead to its own sections.
+    for (i, _) in runbook.match_indices("](#") {
+        let rest = &runbook[i + 3..];
+        let target = &rest[..rest.find(')').unwrap_or(rest.len())];
+        if !anchors.contains(target) {
+            problems.push(format!(
+                "docs/runbook.md links #{target}, which is no section"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    eprintln!(
+        "{} alerts, each with runbook_url {base}<alert> and its section",
+        alerts.len()
+    );
+}
+
+/// PromQL's aggregation operators.
+const AGGREGATIONS: &[&str] = &[
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "group",
+    "stddev",
+    "stdvar",
+    "count",
+    "count_values",
+    "bottomk",
+    "topk",
+    "quantile",
+];
+
+/// Words of `expr` outside strings and label matchers, and parenthesised
+/// label lists as one item each (`(cluster, namespace)`).
+fn tokens(expr: &str) -> Vec<String> {
+    let chars: Vec<char> = expr.chars().collect();
+    let (mut out, mut i) = (Vec::new(), 0);
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '{' || c == '[' {
+            let close = if c == '{' { '}' } else { ']' };
+            while i < chars.len() && chars[i] != close {
+                if chars[i] == '"' {
+                    i += 1;
+                    while i < chars.len() && chars[i] != '"' {
+                        i += if chars[i] == '\\' { 2 } else { 1 };
+                    }
+                }
+                i += 1;
+            }
+            i += 1;
+        } else if c.is_ascii_alphabetic() || c == '_' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            out.push(chars[start..i].iter().collect());
+        } else if c == '(' {
+            // A label list: only names, commas and blanks up to `)`.
+            let end = chars[i..].iter().position(|&c| c == ')').map(|p| i + p);
+            let list = end.map(|e| chars[i + 1..e].iter().collect::<String>());
+            match list {
+                Some(l)
+                    if l.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "_, \n".contains(c)) =>
+                {
+                    out.push(format!("({})", l.split_whitespace().collect::<String>()));
+                    i = end.unwrap_or(i) + 1;
+                }
+                _ => {
+                    out.push("(".into());
+                    i += 1;
+                }
+            }
+        } else {
+            if !c.is_whitespace() {
+                out.push(c.to_string());
+            }
+            i += 1;
+        }
+    }
+    out
+}
+
+fn labels_of(list: &str) -> Vec<&str> {
+    let inner = list.trim_start_matches('(').trim_end_matches(')');
+    inner.split(',').filter(|s| !s.is_empty()).collect()
+}
+
+/// Why `expr` would mix clusters on a Prometheus that holds several: an
+/// aggregation without `by (cluster, ...)` (or with `without (cluster)`),
+/// a vector match `on (...)` without `cluster` or `ignoring (cluster)`, an
+/// `absent()` that is not the `or on () absent(...)` fallback.
+fn cluster_problems(expr: &str) -> Vec<String> {
+    let t = tokens(expr);
+    let mut problems = Vec::new();
+    for (i, word) in t.iter().enumerate() {
+        let next = t.get(i + 1).map(String::as_str).unwrap_or("");
+        let list = t.get(i + 2).map(String::as_str).unwrap_or("");
+        if AGGREGATIONS.contains(&word.as_str()) {
+            match next {
+                "by" if labels_of(list).contains(&"cluster") => {}
+                "without" if !labels_of(list).contains(&"cluster") => {}
+                _ => problems.push(format!("`{word} {next} {list}` drops cluster")),
+            }
+        }
+        if word == "on" {
+            let fallback = next == "()" && list == "absent";
+            if !fallback && !labels_of(next).contains(&"cluster") {
+                problems.push(format!("`on {next}` does not match on cluster"));
+            }
+        }
+        if word == "ignoring" && labels_of(next).contains(&"cluster") {
+            problems.push(format!("`ignoring {next}` ignores cluster"));
+        }
+        if word == "absent" {
+            let before: Vec<&str> = t[i.saturating_sub(3)..i]
+                .iter()
+                .map(String::as_str)
+                .collect();
+            if before != ["or", "on", "()"] {
+                problems.push("absent() other than the `or on () absent(...)` fallback".into());
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_alert_expression_keeps_cluster() {
+    let rules = rule_file();
+    let mut problems = Vec::new();
+    for (g, r, name) in alerts(&rules) {
+        let expr = rules["groups"][g]["rules"][r]["expr"]
+            .as_str()
+            .expect("expr");
+        for p in cluster_problems(expr) {
+            problems.push(format!("{name}: {p}"));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // The check finds what the rules had before they kept cluster.
+    let before = [
+        "sum(leader_election_master_status{job=\"kcm-rs\", name=\"kcm-rs\"}) < 1",
+        "sum by (pod) (rate(x{job=\"kcm-rs\"}[5m])) > 0",
+        "max by (name) (a) and on() (absent(up{job=\"kcm-rs\"} == 1))",
+        "sum(rate(x[5m])) by (cluster)",
+        "a / ignoring (cluster, pod) b",
+        "count without (cluster) (up)",
+    ];
+    for expr in before {
+        assert!(!cluster_problems(expr).is_empty(), "`{expr}` passed");
+    }
+    let fine = [
+        "sum by (cluster, le) (rate(h_bucket{le=~\"1|2\"}[5m]))",
+        "count without (pod) (up) or on () absent(up{job=\"x\"} == 1)",
+        "max_over_time(a[1h]) unless on (namespace, cluster) b",
+    ];
+    for expr in fine {
+        assert_eq!(cluster_problems(expr), Vec::<String>::new(), "`{expr}`");
+    }
 }

@@ -11,6 +11,7 @@ use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod, PodCondition, Secret, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kcm_e2e::ControlPlane;
 use kcm_e2e::binaries::repo_root;
 use kcm_e2e::control_plane::{client_from_kubeconfig, tail};
@@ -84,6 +85,7 @@ pub const KINDS: &[(&str, &str)] = &[
     ("base/kustomization.yaml", "Kustomization"),
     ("monitoring/kustomization.yaml", "Component"),
     ("beside-kcm/kustomization.yaml", "Kustomization"),
+    ("kube-prometheus-stack/kustomization.yaml", "Kustomization"),
     (
         "beside-kcm/admission-policy.yaml",
         "MutatingAdmissionPolicy MutatingAdmissionPolicyBinding",
@@ -516,4 +518,55 @@ pub fn holder(l: &Lease) -> String {
     let spec = l.spec.as_ref();
     spec.and_then(|s| s.holder_identity.clone())
         .unwrap_or_default()
+}
+
+/// The Prometheus Operator release whose CRDs the manifests are checked
+/// against in `manifests_strict.rs` and `chart.rs` (the module holds them in
+/// `example/prometheus-operator-crd/`).
+#[allow(dead_code)]
+pub const OPERATOR: &str = "github.com/prometheus-operator/prometheus-operator@v0.85.0";
+#[allow(dead_code)]
+pub const CRDS: &[&str] = &["servicemonitors", "prometheusrules"];
+
+/// The operator's module directory in the Go module cache, downloaded if
+/// needed.
+#[allow(dead_code)]
+pub fn operator_module() -> PathBuf {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let out = Command::new("go")
+        .args(["mod", "download", "-json", OPERATOR])
+        // Outside any module, so no go.mod is consulted or changed.
+        .current_dir(scratch.path())
+        .env("GOFLAGS", "-mod=mod")
+        .output()
+        .expect("run go (needed for the control plane anyway)");
+    let info: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        panic!("go mod download {OPERATOR}: {e}: {stderr}")
+    });
+    let dir = info["Dir"]
+        .as_str()
+        .unwrap_or_else(|| panic!("go mod download {OPERATOR}: {info}"));
+    PathBuf::from(dir)
+}
+
+#[allow(dead_code)]
+pub async fn install_crds(admin: &kube::Client) {
+    let dir = operator_module().join("example/prometheus-operator-crd");
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    for plural in CRDS {
+        let file = dir.join(format!("monitoring.coreos.com_{plural}.yaml"));
+        let made = kcm_e2e::apply::create_from_file(admin, &file, "default").await;
+        made.unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let name = format!("{plural}.monitoring.coreos.com");
+        let established = |c: &CustomResourceDefinition| {
+            let conds = c.status.as_ref().and_then(|s| s.conditions.as_ref());
+            conds.is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            })
+        };
+        let wait = wait_for(&crds, &name, Duration::from_secs(60), &name, established).await;
+        wait.expect("CRD established");
+    }
 }
