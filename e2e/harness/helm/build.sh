@@ -30,9 +30,9 @@ if [[ -x "$bin" && -f "$stamp" && "$(cat "$stamp")" == "$inputs_hash" ]]; then e
 version="$(awk '$1 == "helm.sh/helm/v4" { print $2; exit }' go.mod)"
 echo "building helm $version from helm.sh/helm/v4 (first build takes several minutes) ..." >&2
 start=$(date +%s)
-# -trimpath and no VCS stamp: the same inputs give the same binary. helm
+# -trimpath, -buildvcs=false: the same inputs give the same binary. helm
 # reports its version from internal/version, stamped as its release build does.
-if ! go build -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$version" \
+if ! go build -trimpath -buildvcs=false -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$version" \
     -o "$bin.tmp" helm.sh/helm/v4/cmd/helm; then
   echo "error: go build of helm failed (see above); check access to the Go module proxy and run $0 again" >&2
   exit 1
