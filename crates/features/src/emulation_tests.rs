@@ -177,12 +177,15 @@ fn gates_default_and_lock_as_the_emulated_minor_had_them() {
         err(at(34, 33), "JobBackoffLimitPerIndex=false"),
         "cannot set feature gate JobBackoffLimitPerIndex to false, feature is locked to true"
     );
-    // kcm-rs has no path for terminal conditions without the interim ones.
+    // Both off: Jobs finish without the interim conditions, as upstream's.
+    let both = FeatureGates::parse_at(e32, "JobManagedBy=false,JobPodReplacementPolicy=false")
+        .expect("accepted");
     assert!(
-        err(e32, "JobManagedBy=false,JobPodReplacementPolicy=false")
-            .starts_with("kcm-rs does not implement JobManagedBy=false together with")
+        !both.enabled(Feature::JobManagedBy) && !both.enabled(Feature::JobPodReplacementPolicy)
     );
-    assert!(FeatureGates::parse_at(at(34, 31), "JobPodReplacementPolicy=false").is_err());
+    // 1.31 (JobManagedBy alpha, off) with JobPodReplacementPolicy off: both
+    // off, as KCM 1.34 emulating 1.31 takes it.
+    assert!(FeatureGates::parse_at(at(34, 31), "JobPodReplacementPolicy=false").is_ok());
     // 1.35 emulating 1.34: JobManagedBy beta again, so it may be turned off.
     assert!(FeatureGates::parse_at(at(35, 34), "JobManagedBy=false").is_ok());
     assert!(FeatureGates::parse_at(at(35, 35), "JobManagedBy=false").is_err());

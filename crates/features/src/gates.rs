@@ -55,14 +55,6 @@ pub enum FeatureGateError {
     },
     #[error("component not registered: {0}")]
     Component(String),
-    /// Both off, upstream's Job controller writes `Failed` and `Complete`
-    /// without the interim conditions: a path kcm-rs does not implement.
-    #[error(
-        "kcm-rs does not implement JobManagedBy=false together with JobPodReplacementPolicy=false \
-         (upstream then finishes Jobs without FailureTarget or SuccessCriteriaMet first); \
-         turn one of them on"
-    )]
-    UndelayedTerminalConditions,
     #[error(
         "set kube feature gates with default empty prefix or kube: prefix consistently, do not mix use"
     )]
@@ -259,9 +251,6 @@ impl FeatureGates {
             }
         }
         FeatureGateError::join(errs)?;
-        if !self.enabled(Feature::JobManagedBy) && !self.enabled(Feature::JobPodReplacementPolicy) {
-            return Err(FeatureGateError::UndelayedTerminalConditions);
-        }
         Ok(self)
     }
 

@@ -46,6 +46,10 @@ type Result_ = (
 struct Gated {
     emulated: Option<u32>,
     gates: &'static str,
+    /// The API server runs with the same `--emulated-version` and gates, as
+    /// upstream's integration tests set them for both in one process (its
+    /// status validation depends on `JobManagedBy`).
+    apiserver: bool,
 }
 
 async fn run_gated(
@@ -54,7 +58,15 @@ async fn run_gated(
     spec: serde_json::Value,
     kubelet: Kubelet,
 ) -> Result_ {
-    let cp = ControlPlane::start().expect("cp");
+    let cp = if gated.apiserver {
+        let mut args = format!("--feature-gates={}", gated.gates);
+        if let Some(minor) = gated.emulated {
+            args.push_str(&format!(" --emulated-version=1.{minor}"));
+        }
+        ControlPlane::start_version_with_args(&kcm_e2e::binaries::k8s_version(), &args).expect("cp")
+    } else {
+        ControlPlane::start().expect("cp")
+    };
     let mut flags = vec![format!("--feature-gates={}", gated.gates)];
     let mut gates = FeatureGates::parse(gated.gates).expect("gates");
     if let Some(minor) = gated.emulated {

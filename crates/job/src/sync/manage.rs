@@ -285,13 +285,14 @@ pub fn apply_outcome(ctx: &mut JobCtx, work: &PodWork, outcome: Outcome) {
         } else {
             ("", "")
         };
-        ctx.finished = Some(new_job_condition(
-            "SuccessCriteriaMet",
-            "True",
-            reason,
-            message,
-            ctx.now,
-        ));
+        // Upstream newSuccessCondition: `Complete` at once when terminal
+        // conditions are not delayed.
+        let type_ = if ctx.config.delay_terminal() {
+            "SuccessCriteriaMet"
+        } else {
+            "Complete"
+        };
+        ctx.finished = Some(new_job_condition(type_, "True", reason, message, ctx.now));
         return;
     }
     if !ctx.manage_called {

@@ -204,7 +204,12 @@ fn decide_finished(ctx: &mut JobCtx) {
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
     let is_true = |t: &str| true_condition(&conditions, t).cloned();
-    ctx.finished = is_true("SuccessCriteriaMet");
+    let failure_type = ctx.config.failure_type();
+    // Upstream hasSuccessCriteriaMetCondition: read only where the
+    // condition can be the controller's.
+    if ctx.config.success_policy || ctx.config.delay_terminal() {
+        ctx.finished = is_true("SuccessCriteriaMet");
+    }
     if ctx.finished.is_none() {
         if let Some(ft) = is_true("FailureTarget") {
             let (r, m) = (
@@ -230,14 +235,14 @@ fn decide_finished(ctx: &mut JobCtx) {
         let pods: Vec<&CachedPod> = ctx.pods.iter().map(Arc::as_ref).collect();
         if ctx.failed > backoff_limit || past_backoff_limit_on_failure(&ctx.job, &pods) {
             ctx.finished = Some(failure(
-                "FailureTarget",
+                failure_type,
                 REASON_BACKOFF_LIMIT_EXCEEDED,
                 "Job has reached the specified backoff limit",
                 now,
             ));
         } else if past_active_deadline(ctx) {
             ctx.finished = Some(failure(
-                "FailureTarget",
+                failure_type,
                 REASON_DEADLINE_EXCEEDED,
                 "Job was active longer than specified deadline",
                 now,
@@ -262,7 +267,7 @@ fn decide_finished(ctx: &mut JobCtx) {
                 let completions = spec.completions.unwrap_or(0);
                 if spec.max_failed_indexes.is_some_and(|m| failed.total() > m) {
                     ctx.finished = Some(failure(
-                        "FailureTarget",
+                        failure_type,
                         REASON_MAX_FAILED_INDEXES_EXCEEDED,
                         "Job has exceeded the specified maximal number of failed indexes",
                         now,
@@ -271,7 +276,7 @@ fn decide_finished(ctx: &mut JobCtx) {
                     && failed.total().saturating_add(ctx.succeeded_indexes.total()) >= completions
                 {
                     ctx.finished = Some(failure(
-                        "FailureTarget",
+                        failure_type,
                         REASON_FAILED_INDEXES,
                         "Job has failed indexes",
                         now,

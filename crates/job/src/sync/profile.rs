@@ -13,7 +13,11 @@
 //! mostly the Job's field is ignored ([`Config::view`]); the rest are
 //! read where they act (`JobSuccessPolicy`: no reason or message on the
 //! completions-reached condition; `JobPodReplacementPolicy`: no
-//! `status.terminating`, pod creations counted as `new`).
+//! `status.terminating`, pod creations counted as `new`). With both
+//! `JobManagedBy` and `JobPodReplacementPolicy` off ([`Config::delay_terminal`]
+//! false), Jobs end `Failed` or `Complete` at once, without the interim
+//! `FailureTarget` (but for the pod failure policy's) or `SuccessCriteriaMet`,
+//! and without waiting for terminating pods (upstream `delayTerminalCondition`).
 //!
 //! What kcm-rs does the newer way on every minor (listed deviations in the
 //! README): `status.active` while creation waits for back-off (1.36), the
@@ -86,6 +90,23 @@ impl Config {
         // Leaked once per controller start: Config stays Copy.
         let own_name = Box::leak(name.to_string().into_boxed_str());
         Ok(Config { own_name, ..self })
+    }
+
+    /// Whether a Job's terminal condition waits behind an interim one
+    /// (`FailureTarget`, `SuccessCriteriaMet`) and for its terminating pods:
+    /// either gate on (upstream `delayTerminalCondition`).
+    pub fn delay_terminal(&self) -> bool {
+        self.managed_by || self.pod_replacement_policy
+    }
+
+    /// The condition a failure (backoff limit, deadline, failed indexes)
+    /// sets: the interim `FailureTarget`, or `Failed` at once.
+    pub fn failure_type(&self) -> &'static str {
+        if self.delay_terminal() {
+            "FailureTarget"
+        } else {
+            "Failed"
+        }
     }
 
     /// Runs beside KCM's job-controller (`--job-managed-by`): Jobs without

@@ -306,7 +306,9 @@ fn enact_finished(ctx: &mut JobCtx) -> bool {
     let uncounted = status.uncounted_terminated_pods.as_ref().map_or(0, |u| {
         u.succeeded.as_ref().map_or(0, Vec::len) + u.failed.as_ref().map_or(0, Vec::len)
     });
-    if uncounted > 0 || ctx.terminating > 0 {
+    // Terminating pods hold the terminal condition back only where it is
+    // delayed (upstream enactJobFinished).
+    if uncounted > 0 || (ctx.config.delay_terminal() && ctx.terminating > 0) {
         return false;
     }
     let conditions = status.conditions.get_or_insert_with(Vec::new);

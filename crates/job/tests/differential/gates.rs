@@ -35,6 +35,7 @@ async fn d33_success_policy_ignored_with_its_gate_off() {
     let gated = Gated {
         emulated: Some(32),
         gates: "JobSuccessPolicy=false",
+        apiserver: false,
     };
     if !runs(gated) {
         return;
@@ -63,6 +64,7 @@ async fn d34_backoff_limit_per_index_ignored_with_its_gate_off() {
     let gated = Gated {
         emulated: Some(32),
         gates: "JobBackoffLimitPerIndex=false",
+        apiserver: false,
     };
     if !runs(gated) {
         return;
@@ -91,6 +93,7 @@ async fn d35_pod_replacement_policy_ignored_with_its_gate_off() {
     let gated = Gated {
         emulated: Some(32),
         gates: "JobPodReplacementPolicy=false",
+        apiserver: false,
     };
     if !runs(gated) {
         return;
@@ -112,6 +115,7 @@ async fn d36_managed_by_ignored_with_its_gate_off() {
     let gated = Gated {
         emulated: Some(34),
         gates: "JobManagedBy=false",
+        apiserver: false,
     };
     if !runs(gated) {
         return;
@@ -124,4 +128,48 @@ async fn d36_managed_by_ignored_with_its_gate_off() {
     .await;
     assert_eq!(o.succeeded, 2);
     assert_eq!(o.conditions.last().map(|c| c.0.as_str()), Some("Complete"));
+}
+
+/// Indexes 0 and 1 succeed; index 2 fails every time.
+fn last_index_fails(p: &k8s_openapi::api::core::v1::Pod, _: usize) -> Option<i32> {
+    Some(if index(p) == 2 { 1 } else { 0 })
+}
+
+#[tokio::test]
+async fn d37_terminal_conditions_at_once_with_both_gates_off() {
+    // Upstream's delayTerminalCondition is off only with JobManagedBy and
+    // JobPodReplacementPolicy both off (the latter GA from 1.34, so only
+    // when emulating 1.33 or older); the API server takes the same flags,
+    // or its JobManagedBy status rules would refuse Failed without
+    // FailureTarget.
+    let gated = Gated {
+        emulated: Some(33),
+        gates: "JobManagedBy=false,JobPodReplacementPolicy=false",
+        apiserver: true,
+    };
+    if !runs(gated) {
+        return;
+    }
+    let failed = compare_gated(
+        gated,
+        json!({"completions": 3, "parallelism": 3, "completionMode": "Indexed",
+               "backoffLimit": 1}),
+        last_index_fails,
+    )
+    .await;
+    let types: Vec<&str> = failed.conditions.iter().map(|c| c.0.as_str()).collect();
+    assert_eq!(types, ["Failed"], "no FailureTarget first: {failed:?}");
+    assert_eq!(failed.conditions[0].2, "BackoffLimitExceeded", "{failed:?}");
+    let complete = compare_gated(
+        gated,
+        json!({"completions": 2, "parallelism": 2}),
+        |_, _| Some(0),
+    )
+    .await;
+    let types: Vec<&str> = complete.conditions.iter().map(|c| c.0.as_str()).collect();
+    assert_eq!(
+        types,
+        ["Complete"],
+        "no SuccessCriteriaMet first: {complete:?}"
+    );
 }
