@@ -1,5 +1,6 @@
 //! `manifests/beside-kcm/admission-policy.yaml` on the local control plane:
-//! on 1.34 (v1beta1, gate and runtime-config on) and 1.37 (v1), a Job
+//! on 1.34 and 1.35 (v1beta1, gate and runtime-config on), 1.36 and 1.37
+//! (v1), a Job
 //! created in a labelled namespace gets `spec.managedBy` naming kcm-rs, a
 //! Job naming a controller itself keeps it, and a Job in an unlabelled
 //! namespace gets nothing.
@@ -112,6 +113,27 @@ async fn policy_on_1_34_v1beta1() {
     )
     .expect("control plane");
     check(cp, "v1beta1").await;
+}
+
+/// 1.35 and 1.36 need their own control planes (a cold Go build each, too
+/// long for `make test`): `make beside-kcm-versions` builds them and runs
+/// these.
+#[tokio::test]
+#[ignore = "needs the 1.35 control plane: make beside-kcm-versions"]
+async fn policy_on_1_35_v1beta1() {
+    let cp = ControlPlane::start_version_with_args(
+        "1.35",
+        "--feature-gates=MutatingAdmissionPolicy=true --runtime-config=admissionregistration.k8s.io/v1beta1=true",
+    )
+    .expect("control plane");
+    check(cp, "v1beta1").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the 1.36 control plane: make beside-kcm-versions"]
+async fn policy_on_1_36_v1() {
+    let cp = ControlPlane::start_version("1.36").expect("control plane");
+    check(cp, "v1").await;
 }
 
 #[tokio::test]
