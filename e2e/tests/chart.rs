@@ -296,6 +296,27 @@ async fn chart_renders_the_kustomize_overlays_and_both_pass_a_server_side_dry_ru
         lint(values);
         streams.push((format!("helm template {values:?}"), template(values)));
     }
+    // The packaged chart carries the linked monitoring files: it renders the
+    // same as the chart directory.
+    let pkg = tempfile::tempdir().expect("tempdir");
+    let dest = pkg.path().display().to_string();
+    run_helm(&["package", "charts/kcm-rs", "--destination", &dest]);
+    let tgz = pkg
+        .path()
+        .join(format!("kcm-rs-{}.tgz", env!("CARGO_PKG_VERSION")));
+    let tgz = tgz.display().to_string();
+    let packaged = run_helm(&["template", "kcm-rs", &tgz, "--namespace", NAMESPACE]);
+    let packaged = parse_docs(&packaged, "helm template of the package");
+    let found = compare(&packaged, &kustomize(""));
+    eprintln!("packaged chart = manifests/: {} differences", found.len());
+    problems.extend(found.iter().map(|p| format!("packaged chart: {p}")));
+    // The comparison sees a one-flag change, and only it.
+    let changed = parse_docs(&template(&["--set", "kubeApi.qps=21"]), "helm template");
+    let found = compare(&changed, &kustomize(""));
+    assert!(
+        found.len() == 1 && found[0].contains("/spec/template/spec/containers/0/args/2"),
+        "kubeApi.qps=21: {found:?}"
+    );
     eprintln!(
         "lint, template and compare in {:.1?}",
         rendered_at.elapsed()
