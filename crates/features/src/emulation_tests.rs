@@ -222,7 +222,7 @@ fn pre_alpha_and_removed_gates_are_refused() {
 fn default_only_gates_run_as_the_binarys_default_and_say_so() {
     let g = FeatureGates::defaults_at(at(34, 32));
     assert_eq!(
-        Feature::PodObservedGenerationTracking.support(),
+        Feature::PodObservedGenerationTracking.support(KubeVersion::NEWEST),
         Support::DefaultOnly
     );
     assert!(!Feature::PodObservedGenerationTracking.default_in(at(34, 32)));

@@ -33,7 +33,8 @@ pub enum Feature {
     StaleControllerConsistencyJob,
     /// 1.35+ (alpha): `Lt`/`Gt` toleration operators.
     TaintTolerationComparisonOperators,
-    /// 1.36+ (alpha): Jobs create scheduling Workloads and PodGroups.
+    /// 1.36+ (alpha): Jobs create scheduling Workloads and PodGroups
+    /// (kcm-rs: both values on 1.37, only off on 1.36).
     WorkloadWithJob,
 }
 
@@ -95,8 +96,12 @@ impl Feature {
         )
     }
 
-    pub const fn support(self) -> Support {
+    /// What kcm-rs implements of the gate in `version`'s KCM.
+    pub fn support(self, version: KubeVersion) -> Support {
         match self {
+            // 1.37's scheduling.k8s.io/v1beta1 only: 1.36's KCM writes
+            // v1alpha2 objects, which kcm-rs's API types lack.
+            Feature::WorkloadWithJob if version.at_least(37) => Support::Both,
             Feature::JobPodFailurePolicy
             | Feature::PodDisruptionConditions
             | Feature::MutableSchedulingDirectivesForSuspendedJobs
@@ -106,6 +111,17 @@ impl Feature {
             | Feature::JobPodReplacementPolicy
             | Feature::JobSuccessPolicy => Support::Both,
             _ => Support::DefaultOnly,
+        }
+    }
+
+    /// Why a gate implemented on some minor is not on `version`.
+    pub fn unsupported_why(self, version: KubeVersion) -> Option<&'static str> {
+        match self {
+            Feature::WorkloadWithJob if !version.at_least(37) => Some(
+                "kcm-rs implements it on 1.37 (scheduling.k8s.io/v1beta1); 1.36's Job controller \
+                 writes scheduling.k8s.io/v1alpha2 Workloads and PodGroups, which kcm-rs does not",
+            ),
+            _ => None,
         }
     }
 

@@ -45,13 +45,15 @@ pub enum FeatureGateError {
     Dependency { name: String, deps: Vec<String> },
     #[error(
         "kcm-rs implements {name} only as {default}, not {value} (a gate of kube-controller-manager \
-         {version} that kcm-rs reads)"
+         {version} that kcm-rs reads){}", .why.map(|w| format!(": {w}")).unwrap_or_default()
     )]
     Unsupported {
         name: String,
         value: bool,
         default: bool,
         version: KubeVersion,
+        /// Why, when the gate is implemented on another minor.
+        why: Option<&'static str>,
     },
     #[error("component not registered: {0}")]
     Component(String),
@@ -220,7 +222,7 @@ impl FeatureGates {
                 continue;
             }
             if let Some(f) = feature
-                && f.support() == Support::DefaultOnly
+                && f.support(version) == Support::DefaultOnly
                 && value != f.default_at(version)
             {
                 errs.push(FeatureGateError::Unsupported {
@@ -228,6 +230,7 @@ impl FeatureGates {
                     value,
                     default: f.default_at(version),
                     version,
+                    why: f.unsupported_why(version),
                 });
             }
         }
@@ -291,7 +294,10 @@ impl FeatureGates {
     pub fn emulation_deviations(&self) -> Vec<(Feature, bool)> {
         Feature::ALL
             .into_iter()
-            .filter(|f| f.support() == Support::DefaultOnly && !self.set.contains_key(f.name()))
+            .filter(|f| {
+                f.support(self.version()) == Support::DefaultOnly
+                    && !self.set.contains_key(f.name())
+            })
             .filter(|f| f.default_in(self.emulation) != self.enabled(*f))
             .map(|f| (f, self.enabled(f)))
             .collect()
@@ -324,7 +330,7 @@ impl FeatureGates {
         if let Some(v) = self.set.get(feature.name()) {
             return *v;
         }
-        if feature.support() == Support::DefaultOnly {
+        if feature.support(self.version()) == Support::DefaultOnly {
             return feature.default_at(self.version());
         }
         if let Some(spec) = Table::at(self.emulation).get(feature.name())

@@ -207,6 +207,31 @@ mod tests {
     }
 
     #[test]
+    fn workload_with_job_is_implemented_on_1_37_only() {
+        let both = "WorkloadWithJob=true,GenericWorkload=true";
+        let g = FeatureGates::parse_for(v(37), both).unwrap();
+        assert!(g.enabled(Feature::WorkloadWithJob));
+        assert!(g.ignored().contains(&"GenericWorkload"));
+        assert!(
+            !FeatureGates::parse_for(v(37), "WorkloadWithJob=false")
+                .unwrap()
+                .enabled(Feature::WorkloadWithJob)
+        );
+        // As upstream: the dependency is checked (GenericWorkload is off by
+        // default).
+        assert_eq!(
+            err(37, "WorkloadWithJob=true"),
+            "WorkloadWithJob is enabled, but depends on features that are disabled: [GenericWorkload]"
+        );
+        let e = err(36, both);
+        assert!(e.starts_with("kcm-rs implements WorkloadWithJob only as false, not true (a gate of kube-controller-manager 1.36 that kcm-rs reads): "), "{e}");
+        assert!(e.contains("v1alpha2"), "{e}");
+        // AllAlpha reaches it on 1.37 as upstream's.
+        let g = FeatureGates::parse_for(v(37), "AllAlpha=true,AllBeta=true").unwrap();
+        assert!(g.enabled(Feature::WorkloadWithJob));
+    }
+
+    #[test]
     fn malformed_pairs_are_clear_errors() {
         assert_eq!(
             FeatureGates::parse("JobPodFailurePolicy")

@@ -16,7 +16,9 @@
 //! controller's flags (`--concurrent-job-syncs`, `--job-managed-by`: beside
 //! KCM, only Jobs naming kcm-rs in `spec.managedBy`). `explain/` and `lint/` are `kcm-rs explain` and
 //! `kcm-rs lint`: they call the same matcher and `sync::prepare`, never a
-//! copy of them.
+//! copy of them. `workload` decides the Workload and PodGroup of a Job
+//! (`WorkloadWithJob`, 1.37), `controller::scheduling` makes them; their
+//! informers exist only with that gate on.
 
 pub mod active_pods;
 pub mod backoff;
@@ -33,6 +35,7 @@ pub mod selector;
 pub mod settings;
 pub mod success_policy;
 pub mod sync;
+pub mod workload;
 
 pub use settings::JobSettings;
 
@@ -81,6 +84,13 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     }
     let mut jc = controller::JobController::new(port, jobs, pods, config, ctx.clock.clone());
     jc.conflict = conflict::Tracker::new(settings.on_conflict, ctx.clock.now());
+    if config.workload_with_job {
+        // Only with the gate on: no list/watch (nor RBAC) otherwise.
+        jc.scheduling = Some(controller::scheduling::Scheduling::new(
+            ctx.informers.informer(),
+            ctx.informers.informer(),
+        ));
+    }
     controller::conflict::gauge().set(0);
     let jc = Arc::new(jc);
     metrics::set_minor(ctx.version.minor());

@@ -11,6 +11,7 @@ mod handlers;
 mod orphans;
 mod pod_control;
 pub mod port;
+pub mod scheduling;
 mod sync_job;
 
 use std::collections::HashSet;
@@ -107,6 +108,8 @@ pub struct JobController<P = ApiPort> {
     pub clock: kcm_runtime::clock::Clock,
     /// Jobs another controller writes (`--on-conflict`).
     pub conflict: crate::conflict::Tracker,
+    /// The Workload and PodGroup informers, with `WorkloadWithJob` on.
+    pub scheduling: Option<scheduling::Scheduling>,
 }
 
 /// The core/v1 reference of a Job, for events.
@@ -156,6 +159,7 @@ impl<P: JobPort> JobController<P> {
             config,
             rw: consistency::ReadYourWrites::new(config.read_your_writes),
             conflict: crate::conflict::Tracker::new(Default::default(), clock.now()),
+            scheduling: None,
             clock,
         }
     }
@@ -177,6 +181,10 @@ impl<P: JobPort> JobController<P> {
     {
         host.track(&self.jobs);
         host.track(&self.pods);
+        if let Some(s) = &self.scheduling {
+            host.track(&s.workloads);
+            host.track(&s.pod_groups);
+        }
         if !host.wait_for_sync(&stop).await {
             return;
         }

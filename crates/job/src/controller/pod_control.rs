@@ -18,7 +18,7 @@ use crate::sync::manage::{Outcome, PodWork};
 
 /// An error as client-go prints it in events: an API error is just the
 /// status message (`pods "x" is forbidden: ...`), not kube's debug dump.
-fn error_message(e: &kube::Error) -> String {
+pub(super) fn error_message(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) if !s.message.is_empty() => s.message.clone(),
         other => other.to_string(),

@@ -15,6 +15,7 @@ use std::future::Future;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kcm_pod::CachedPod;
 use kcm_runtime::client::{LeanApi, Written};
@@ -156,6 +157,55 @@ pub trait JobPort: Send + Sync {
     fn read_job(&self, job: &Job) -> impl Future<Output = Result<Option<Job>, kube::Error>> + Send;
     /// Records an event about the Job.
     fn event(&self, job: &Job, type_: EventType, reason: &str, message: String);
+
+    // WorkloadWithJob's writes (only with the gate on; a port without them
+    // answers 501).
+    /// Creates a Workload.
+    fn create_workload(
+        &self,
+        w: &Workload,
+    ) -> impl Future<Output = Result<Workload, kube::Error>> + Send {
+        let _ = w;
+        async { Err(unsupported("workloads")) }
+    }
+    /// Creates a PodGroup.
+    fn create_pod_group(
+        &self,
+        pg: &PodGroup,
+    ) -> impl Future<Output = Result<PodGroup, kube::Error>> + Send {
+        let _ = pg;
+        async { Err(unsupported("podgroups")) }
+    }
+    /// Strategic-merge patches a Workload.
+    fn patch_workload(
+        &self,
+        ns: &str,
+        name: &str,
+        patch: serde_json::Value,
+    ) -> impl Future<Output = Result<(), kube::Error>> + Send {
+        let _ = (ns, name, patch);
+        async { Err(unsupported("workloads")) }
+    }
+    /// Strategic-merge patches a PodGroup.
+    fn patch_pod_group(
+        &self,
+        ns: &str,
+        name: &str,
+        patch: serde_json::Value,
+    ) -> impl Future<Output = Result<(), kube::Error>> + Send {
+        let _ = (ns, name, patch);
+        async { Err(unsupported("podgroups")) }
+    }
+}
+
+/// The error of a write a port does not implement.
+fn unsupported(resource: &str) -> kube::Error {
+    let status = kube::core::Status::failure(
+        &format!("this port does not write {resource}"),
+        "NotImplemented",
+    )
+    .with_code(501);
+    kube::Error::Api(Box::new(status))
 }
 
 fn ns_of(meta: &ObjectMeta) -> &str {
@@ -281,6 +331,40 @@ impl JobPort for ApiPort {
 
     fn event(&self, job: &Job, type_: EventType, reason: &str, message: String) {
         self.recorder.event(&job_ref(job), type_, reason, message);
+    }
+
+    async fn create_workload(&self, w: &Workload) -> Result<Workload, kube::Error> {
+        Api::<Workload>::namespaced(self.client.clone(), ns_of(&w.metadata))
+            .create(&PostParams::default(), w)
+            .await
+    }
+
+    async fn create_pod_group(&self, pg: &PodGroup) -> Result<PodGroup, kube::Error> {
+        Api::<PodGroup>::namespaced(self.client.clone(), ns_of(&pg.metadata))
+            .create(&PostParams::default(), pg)
+            .await
+    }
+
+    async fn patch_workload(
+        &self,
+        ns: &str,
+        name: &str,
+        patch: serde_json::Value,
+    ) -> Result<(), kube::Error> {
+        let api = Api::<Workload>::namespaced(self.client.clone(), ns);
+        let p = Patch::Strategic(patch);
+        api.patch(name, &PatchParams::default(), &p).await.map(drop)
+    }
+
+    async fn patch_pod_group(
+        &self,
+        ns: &str,
+        name: &str,
+        patch: serde_json::Value,
+    ) -> Result<(), kube::Error> {
+        let api = Api::<PodGroup>::namespaced(self.client.clone(), ns);
+        let p = Patch::Strategic(patch);
+        api.patch(name, &PatchParams::default(), &p).await.map(drop)
     }
 }
 

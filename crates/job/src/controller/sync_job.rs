@@ -32,6 +32,11 @@ pub enum SyncError {
     RemoveFinalizers(kube::Error),
     #[error("managing pods: {0}")]
     Pods(kube::Error),
+    #[error("ensuring Workload and PodGroup for Job {job}: {source}")]
+    Scheduling {
+        job: String,
+        source: super::scheduling::EnsureError,
+    },
     #[error(transparent)]
     Stale(#[from] super::consistency::Stale),
 }
@@ -134,6 +139,17 @@ impl<P: JobPort> JobController<P> {
         if let Some(e) = claim_error {
             return (ACTION_RECONCILING, Err(SyncError::Claim(e)));
         }
+        // Before pod management: new pods name the PodGroup.
+        let pod_group = match self.ensure_scheduling(&job, pods.len()).await {
+            Ok(pg) => pg,
+            Err(source) => {
+                let job = key.to_string();
+                return (
+                    ACTION_RECONCILING,
+                    Err(SyncError::Scheduling { job, source }),
+                );
+            }
+        };
         let input = Input {
             job,
             pods,
@@ -144,6 +160,7 @@ impl<P: JobPort> JobController<P> {
             config: self.config,
         };
         let mut ctx = prepare(input);
+        ctx.pod_group = pod_group;
         let work = pod_work(&mut ctx);
         if tracking::record_success_before_deletes(&mut ctx, &work)
             && let Err(e) = self.write_status(ns, name, &mut ctx).await

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodSchedulingGroup};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kcm_conditions::job::{ensure_job_condition_status, new_job_condition};
 use kcm_pod::CachedPod;
@@ -80,6 +80,13 @@ fn pods_to_create(ctx: &JobCtx, indexes: &[Option<i32>]) -> Vec<Pod> {
     let indexed = crate::pods::is_indexed(job);
     if indexed {
         add_completion_index_env_var(&mut spec);
+    }
+    // Upstream also puts a PodGroup ownerReference on the template, which
+    // building the pod from it drops: only the group name reaches the pod.
+    if let Some(pg) = &ctx.pod_group {
+        spec.scheduling_group = Some(PodSchedulingGroup {
+            pod_group_name: Some(pg.clone()),
+        });
     }
     let finalizers = meta.finalizers.get_or_insert_with(Vec::new);
     if !finalizers.iter().any(|f| f == JOB_TRACKING_FINALIZER) {

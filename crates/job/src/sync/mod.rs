@@ -103,6 +103,9 @@ pub struct JobCtx {
     pub manage_called: bool,
     pub suspend_changed: bool,
     pub events: Vec<JobEvent>,
+    /// `WorkloadWithJob`: the PodGroup new pods name in
+    /// `spec.schedulingGroup`.
+    pub pod_group: Option<String>,
 }
 
 impl JobCtx {

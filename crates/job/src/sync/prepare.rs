@@ -172,6 +172,7 @@ pub fn prepare(input: Input) -> JobCtx {
         manage_called: false,
         suspend_changed: false,
         events: Vec::new(),
+        pod_group: None,
     };
     decide_finished(&mut ctx);
     ctx

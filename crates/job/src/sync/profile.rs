@@ -7,6 +7,7 @@
 //! |---|---|---|
 //! | suspending clears `status.startTime` | 1.35 (off), 1.36 (on) | `MutableSchedulingDirectivesForSuspendedJobs` |
 //! | read-your-writes check before a sync (`controller::consistency`) | 1.36 | `StaleControllerConsistencyJob` |
+//! | Workloads and PodGroups for Jobs (`crate::workload`; alpha, off; refused on 1.36, whose API is v1alpha2) | 1.37 | `WorkloadWithJob` |
 //!
 //! Gates off only under `--emulated-version` (or, for `JobManagedBy`, on
 //! 1.34), each as upstream's `feature.DefaultFeatureGate.Enabled` sites:
@@ -60,6 +61,9 @@ pub struct Config {
     /// `JobPodReplacementPolicy`: off means `spec.podReplacementPolicy` is
     /// ignored and `status.terminating` is not written.
     pub pod_replacement_policy: bool,
+    /// `WorkloadWithJob`: Jobs get `scheduling.k8s.io/v1beta1` Workloads
+    /// and PodGroups, and their pods name the PodGroup.
+    pub workload_with_job: bool,
     /// The `spec.managedBy` this controller answers to: KCM's name, or the
     /// `--job-managed-by` name when it runs beside KCM ([`Config::beside_kcm`]).
     pub own_name: &'static str,
@@ -77,6 +81,7 @@ impl Config {
             success_policy: gates.enabled(Feature::JobSuccessPolicy),
             backoff_limit_per_index: gates.enabled(Feature::JobBackoffLimitPerIndex),
             pod_replacement_policy: gates.enabled(Feature::JobPodReplacementPolicy),
+            workload_with_job: gates.enabled(Feature::WorkloadWithJob),
             own_name: JOB_CONTROLLER_NAME,
         }
     }
