@@ -16,6 +16,8 @@ mod gates;
 mod scenarios;
 #[path = "differential/versions.rs"]
 mod versions;
+#[path = "differential/workload.rs"]
+mod workload;
 
 use std::time::Duration;
 
