@@ -262,7 +262,7 @@ pub fn desired_workload(job: &Job) -> Workload {
         name: template_name(job),
         priority_class_name,
         scheduling_policy,
-        scheduling_constraints: (!topology.is_empty()).then(|| PodGroupSchedulingConstraints {
+        scheduling_constraints: (!topology.is_empty()).then_some(PodGroupSchedulingConstraints {
             topology: Some(topology),
         }),
         disruption_mode,
