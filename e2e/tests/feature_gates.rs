@@ -19,8 +19,8 @@ use kcm_features::{FeatureGates, KubeVersion};
 fn deviation(minor: u32, gates: &str) -> Option<&'static str> {
     match (minor, gates) {
         (_, "JobPodFailurePolicy=false") => Some("kcm-rs's own gate"),
-        (36 | 37, "WorkloadWithJob=true,GenericWorkload=true") => {
-            Some("implemented only at its default")
+        (36, "WorkloadWithJob=true,GenericWorkload=true") => {
+            Some("implemented only on 1.37 (1.36 writes scheduling.k8s.io/v1alpha2)")
         }
         _ => None,
     }
