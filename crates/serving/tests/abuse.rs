@@ -79,7 +79,10 @@ fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
 }
 
+/// Not in `make test` (its time budget, and a 2 s latency bound that wants
+/// the machine to itself): `make abuse` runs it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "make abuse runs it"]
 async fn a_flood_leaves_the_scraper_and_the_controllers_alone() {
     let cp = kcm_e2e::shared();
     let admin = cp.client().await.expect("admin");
