@@ -143,6 +143,22 @@ pub fn read_frame_len(buf: &[u8]) -> Option<usize> {
     Some(u32::from_be_bytes(prefix) as usize)
 }
 
+/// The watch frame at the start of `buf`: its payload and how many bytes
+/// it spans with its prefix, or `None` until all of it has arrived. A
+/// prefix claiming more than `max` is refused as soon as it is read, so a
+/// bogus length (up to 4 GiB) is never waited or buffered for; nothing
+/// here allocates.
+pub fn next_frame(buf: &[u8], max: usize) -> Result<Option<(&[u8], usize)>, ProtoError> {
+    let Some(len) = read_frame_len(buf) else {
+        return Ok(None);
+    };
+    if len > max {
+        return Err(ProtoError::FrameTooLarge(len));
+    }
+    let end = len.saturating_add(4);
+    Ok(buf.get(4..end).map(|payload| (payload, end)))
+}
+
 /// A `metav1.Status`: what an error response or an `ERROR` watch event holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Status {

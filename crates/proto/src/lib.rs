@@ -8,7 +8,8 @@
 //! - `envelope.rs`: what Kubernetes wraps around messages: the `k8s\0`
 //!   magic and `runtime.Unknown` ([`unwrap_envelope`]), a list's
 //!   resourceVersion and items ([`ListBody`]), one watch event
-//!   ([`WatchEvent`]) and a `metav1.Status` ([`Status`]);
+//!   ([`WatchEvent`]), the frames of a watch stream ([`next_frame`]) and a
+//!   `metav1.Status` ([`Status`]);
 //! - `writer.rs`: [`Writer`], the inverse, for tests and mock servers.
 //!
 //! Data flow: the informer's protobuf watch reads a list body or a watch
@@ -23,7 +24,8 @@ mod reader;
 mod writer;
 
 pub use envelope::{
-    ListBody, MAGIC, Status, WatchEvent, WatchEventType, read_frame_len, unwrap_envelope,
+    ListBody, MAGIC, Status, WatchEvent, WatchEventType, next_frame, read_frame_len,
+    unwrap_envelope,
 };
 pub use reader::{Reader, Value, lossy_str};
 pub use writer::{Writer, watch_frame};
@@ -59,6 +61,9 @@ pub enum ProtoError {
     /// The envelope names a content encoding (e.g. gzip) we do not read.
     #[error("unsupported protobuf envelope content encoding {0:?}")]
     ContentEncoding(String),
+    /// A watch frame's length prefix over the reader's limit.
+    #[error("watch frame of {0} bytes exceeds the limit")]
+    FrameTooLarge(usize),
 }
 
 #[cfg(test)]

@@ -166,3 +166,22 @@ fn status_reads_code_reason_and_message() {
     assert_eq!(s.status, "Failure");
     assert!(s.message.starts_with("too old"));
 }
+
+#[test]
+fn frames_split_only_when_whole_and_a_huge_prefix_is_refused_at_once() {
+    let frame = watch_frame("ADDED", Writer::new().bytes(1, "pod"));
+    let mut stream = frame.clone();
+    stream.extend_from_slice(&frame[..5]);
+    let (payload, used) = next_frame(&stream, 1 << 20).expect("ok").expect("whole");
+    assert_eq!((payload, used), (&frame[4..], frame.len()));
+    assert_eq!(next_frame(&stream[used..], 1 << 20), Ok(None));
+    assert_eq!(next_frame(&[0, 0], 1 << 20), Ok(None));
+    // A prefix claiming 4 GiB: refused with 4 bytes in hand, not awaited.
+    let huge = [0xff, 0xff, 0xff, 0xff];
+    assert_eq!(
+        next_frame(&huge, 16 << 20),
+        Err(ProtoError::FrameTooLarge(u32::MAX as usize))
+    );
+    assert_eq!(next_frame(&huge, usize::MAX), Ok(None));
+    assert_eq!(next_frame(&[0, 0, 0, 0], 0), Ok(Some((&[][..], 4))));
+}

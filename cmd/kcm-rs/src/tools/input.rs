@@ -18,7 +18,8 @@ pub struct Snapshot {
     pub events: Vec<Event>,
 }
 
-/// Every document of a YAML or JSON file (`-`: stdin), `List`s flattened.
+/// Every document of a YAML or JSON file (`-`: stdin), `List`s flattened
+/// (`kcm_manifests::documents`).
 pub fn documents(path: &Path) -> Result<Vec<Value>, ToolError> {
     let text = if path == Path::new("-") {
         std::io::read_to_string(std::io::stdin())
@@ -27,31 +28,8 @@ pub fn documents(path: &Path) -> Result<Vec<Value>, ToolError> {
         std::fs::read_to_string(path)
             .map_err(|e| ToolError(format!("reading {}: {e}", path.display())))?
     };
-    let mut out = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let v: Value = serde::Deserialize::deserialize(doc)
-            .map_err(|e| ToolError(format!("{}: not YAML or JSON: {e}", path.display())))?;
-        flatten(v, &mut out);
-    }
-    Ok(out)
-}
-
-fn flatten(v: Value, out: &mut Vec<Value>) {
-    if v.is_null() {
-        return;
-    }
-    let is_list = v["kind"].as_str().is_some_and(|k| k.ends_with("List")) && v["items"].is_array();
-    if is_list {
-        if let Value::Object(mut m) = v
-            && let Some(Value::Array(items)) = m.remove("items")
-        {
-            for i in items {
-                flatten(i, out);
-            }
-        }
-    } else {
-        out.push(v);
-    }
+    kcm_manifests::documents(&text)
+        .map_err(|e| ToolError(format!("{}: not YAML or JSON: {e}", path.display())))
 }
 
 fn decode<T: DeserializeOwned>(v: Value, what: &str, path: &Path) -> Result<T, ToolError> {

@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::{Buf, BytesMut};
 use http::{HeaderValue, Request, header};
 use http_body_util::BodyExt;
-use kcm_proto::{ListBody, ProtoError, Status, WatchEvent, WatchEventType, read_frame_len};
+use kcm_proto::{ListBody, ProtoError, Status, WatchEvent, WatchEventType, next_frame};
 use kube::api::{ListParams, VersionMatch, WatchParams};
 use kube::client::Body;
 use kube::runtime::watcher::Event;
@@ -267,21 +267,22 @@ impl<K: Informable> Informer<K> {
                 continue;
             };
             buf.extend_from_slice(&data);
-            while let Some(len) = read_frame_len(&buf) {
-                if len > MAX_FRAME {
-                    return (last, events, Err(WatchError::FrameTooLarge(len)));
-                }
-                if buf.len() < 4 + len {
-                    break;
-                }
-                buf.advance(4);
-                let payload = buf.split_to(len);
+            loop {
+                let (payload, used) = match next_frame(&buf, MAX_FRAME) {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => break,
+                    Err(ProtoError::FrameTooLarge(len)) => {
+                        return (last, events, Err(WatchError::FrameTooLarge(len)));
+                    }
+                    Err(e) => return (last, events, Err(e.into())),
+                };
                 events += 1;
-                match self.watch_event(&payload, decode) {
+                match self.watch_event(payload, decode) {
                     Ok(Some(rv)) => last = rv,
                     Ok(None) => {}
                     Err(e) => return (last, events, Err(e)),
                 }
+                buf.advance(used);
             }
         }
     }
