@@ -59,6 +59,7 @@ for t in $targets; do
   echo "$t: ${execs:-?} executions in $secs s, findings: $findings" >&2
 done
 
+mkdir -p "$(dirname "$out")"
 {
   echo "# Fuzzing results"
   echo
