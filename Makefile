@@ -93,6 +93,20 @@ release:
 	  --build-arg KCM_RS_GIT_COMMIT=$(COMMIT) . && \
 	echo "built $(IMAGE) and $(IMAGE)-$(COMMIT)"
 
+## abuse: the serving abuse test (2,000 half-open connections, 1,000 bogus
+## tokens against the binary; about 90 s, out of make test for its budget).
+.PHONY: abuse
+abuse: controlplane
+	$(CARGO) test -p kcm-serving --test abuse -- --ignored --nocapture
+
+## beside-kcm-versions: the beside-KCM admission policy on the 1.35 and 1.36
+## control planes (make test runs it on 1.34 and 1.37; these need their own
+## cold Go builds, so they stay out of it).
+.PHONY: beside-kcm-versions
+beside-kcm-versions:
+	@for v in 1.35 1.36; do e2e/harness/build.sh $(E2E_BIN) --version $$v || exit 1; done
+	$(CARGO) test -p kcm-e2e --test beside_kcm_policy -- --include-ignored
+
 ## kind-up: a kind cluster (K8S_VERSION=1.34..1.37, default 1.34) with KCM's
 ## four controllers off, the image loaded,
 ## the manifests applied, waiting for the Lease holder and the sample Job.
@@ -195,6 +209,17 @@ bench: controlplane
 bench-decode: controlplane
 	$(CARGO) build --release -p kcm-bench --bin kcm-decode-bench
 	target/release/kcm-decode-bench $(BENCH_ARGS)
+
+## fuzz: every parser of untrusted bytes under cargo-fuzz (crates/fuzz:
+## protobuf lists and watch frames, pods in protobuf and JSON, kubeconfigs,
+## --feature-gates and other flag values, explain/lint manifests), FUZZ_RUNS
+## executions per target from the committed seeds; needs nightly, installs
+## cargo-fuzz when missing; the table goes to bench/results/fuzz/README.md
+## (not part of `test`, which runs a stable smoke of each target).
+FUZZ_RUNS ?= 200000
+.PHONY: fuzz
+fuzz:
+	FUZZ_RUNS=$(FUZZ_RUNS) hack/fuzz.sh
 
 fmt:
 	$(CARGO) fmt --all
