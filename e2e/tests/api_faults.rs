@@ -101,7 +101,10 @@ async fn start_and_pod_gc_ride_out_server_errors() {
     assert_eq!(probes.get(2).copied(), Some(Some(200)), "probes {probes:?}");
     let full = std::fs::read_to_string(&log).unwrap_or_default();
     // kube's client retries a 503 itself; the 500 is ours to retry.
-    assert!(full.contains("transient failure at start, retrying"), "{text}");
+    assert!(
+        full.contains("transient failure at start, retrying"),
+        "{text}"
+    );
 
     // Pod GC: the lookups that failed decided nothing; the pod's first
     // write came after a lookup the API server answered 404.
