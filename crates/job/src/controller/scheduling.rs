@@ -213,13 +213,7 @@ impl<P: JobPort> JobController<P> {
                     .patch_workload(ns, &name(&workload.metadata), patch)
                     .await?;
             }
-            if let Some(p) = pg.as_ref()
-                && let Some(patch) = wl::pod_group_min_count_patch(p, min)
-            {
-                self.port
-                    .patch_pod_group(ns, &name(&p.metadata), patch)
-                    .await?;
-            }
+            self.pod_group_min_count(ns, pg.as_ref(), min).await?;
         }
         Ok(pg)
     }
@@ -257,14 +251,28 @@ impl<P: JobPort> JobController<P> {
             );
         }
         // The parent's template decides the gang size.
-        if let (Some(p), Some(gang)) = (pg.as_ref(), template.scheduling_policy.gang.as_ref())
-            && let Some(patch) = wl::pod_group_min_count_patch(p, gang.min_count)
+        if let Some(gang) = template.scheduling_policy.gang.as_ref() {
+            self.pod_group_min_count(ns, pg.as_ref(), gang.min_count)
+                .await?;
+        }
+        Ok(pg)
+    }
+
+    /// Patches the PodGroup's minCount to `min` when it differs.
+    async fn pod_group_min_count(
+        &self,
+        ns: &str,
+        pg: Option<&PodGroup>,
+        min: i32,
+    ) -> Result<(), EnsureError> {
+        if let Some(p) = pg
+            && let Some(patch) = wl::pod_group_min_count_patch(p, min)
         {
             self.port
                 .patch_pod_group(ns, &name(&p.metadata), patch)
                 .await?;
         }
-        Ok(pg)
+        Ok(())
     }
 
     async fn create_pod_group(
