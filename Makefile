@@ -49,7 +49,7 @@ test: check-tools lint controlplane
 
 .PHONY: test-newest
 test-newest:
-	$(MAKE) test-versions K8S_VERSIONS=1.37 TEST_GATES=no
+	$(MAKE) test-versions K8S_VERSIONS=1.37 TEST_GATES=no TEST_UPSTREAM=no
 
 ## check-tools: the monitoring tests need promtool and prometheus (Debian
 ## package `prometheus`; .ci/run installs it).
@@ -149,12 +149,17 @@ controlplane:
 ## (K8S_VERSIONS; 1.34 in target/e2e-bin, the others in target/e2e-bin/1.N).
 ## test-versions: each controller's differential suite against that version's
 ## API server and upstream KCM (KCM_E2E_K8S_VERSION=1.N), every version run,
-## then the gate strings against each version's KCM; a table in
-## target/test-versions/report.md.
+## then upstream's four integration suites against KCM and kcm-rs of each
+## version (TEST_UPSTREAM=no skips them), then the gate strings against each
+## version's KCM; a table in target/test-versions/report.md.
 K8S_VERSIONS ?= 1.34 1.35 1.36 1.37
 # The gate-string comparison with upstream KCM of each version (make test runs
 # it for 1.34 and 1.37 with the other tests, so it passes TEST_GATES=no).
 TEST_GATES ?= yes
+# Upstream's four integration suites against KCM and kcm-rs of each version,
+# failing on a leaf KCM passes and kcm-rs does not (suites.sh bar); tables in
+# target/upstream-suites/report.
+TEST_UPSTREAM ?= yes
 DIFFERENTIAL_CRATES := -p kcm-job -p kcm-podgc -p kcm-taint-eviction -p kcm-disruption
 .PHONY: controlplane-versions test-versions
 controlplane-versions:
@@ -169,6 +174,17 @@ test-versions: controlplane-versions
 	    [[ $${PIPESTATUS[0]} == 0 ]] || failed+=" $$v/$$c"; \
 	  done; \
 	done; \
+	if [[ "$(TEST_UPSTREAM)" == yes ]]; then \
+	  $(CARGO) build -p kcm-rs || exit 1; \
+	  for v in $(K8S_VERSIONS); do \
+	    echo "== upstream's suites on Kubernetes $$v" >&2; \
+	    SHARDS=$(UPSTREAM_SHARDS) e2e/upstream-suites/suites.sh all "$$v" "kcm kcm-rs" || true; \
+	    for s in job podgc disruption node; do \
+	      e2e/upstream-suites/suites.sh bar $$v $$s || failed+=" $$v/upstream-$$s"; \
+	    done; \
+	  done; \
+	  e2e/upstream-suites/suites.sh report target/upstream-suites/report $(K8S_VERSIONS); \
+	fi; \
 	if [[ "$(TEST_GATES)" == yes ]]; then \
 	  echo "== feature-gate strings on Kubernetes $(K8S_VERSIONS)" >&2; \
 	  KCM_GATE_VERSIONS="$(K8S_VERSIONS)" $(CARGO) test -p kcm-e2e --test feature_gates -- --nocapture 2>&1 \

@@ -17,6 +17,8 @@
 #   suites.sh check 1.N IMPL SUITE    every leaf passed, or failed/skipped as
 #                                     expected/1.N-IMPL-SUITE.tsv lists it
 #                                     ("flaky" there: any result)
+#   suites.sh bar 1.N SUITE           every leaf KCM passed passes for kcm-rs
+#                                     (a missed leaf is rerun once)
 #   suites.sh all "1.34 1.37" "kcm kcm-rs" [SUITE...]
 #   suites.sh gen 1.N.x               (re)write the module file of a version
 #   suites.sh durations 1.N IMPL SUITE  the last run's seconds per top-level
@@ -204,6 +206,29 @@ durations() {
   leaves durations "$work/$v/results/$impl-$s.json"
 }
 
+# bar 1.N SUITE: every leaf upstream KCM passed in its last run passes for
+# kcm-rs, but the deliberate deviations expected/1.N-bar-SUITE.tsv lists
+# (leaf or "prefix*", reason); the leaves that did not are run again once for kcm-rs
+# (RERUN=bar, BAR_RERUN=no to skip) and count as their newer result.
+bar() {
+  local v s dir missed allowed
+  v="$(minor "$1")"; s="$2"; dir="$work/$v/results"
+  for f in "$dir/kcm-$s.json" "$dir/kcm-rs-$s.json"; do
+    [[ -f "$f" ]] || { echo "error: no results in $f (suites.sh run $v kcm|kcm-rs $s)" >&2; exit 1; }
+  done
+  rm -f "$dir/kcm-rs-$s.bar.json"
+  allowed="$here/expected/$v-bar-$s.tsv"
+  if missed="$(leaves bar "$allowed" "$dir/kcm-$s.json" "$dir/kcm-rs-$s.json")"; then return 0; fi
+  [[ -n "$missed" ]] || { echo "error: the bar of $v/$s could not be checked" >&2; return 1; }
+  echo "$missed" | sed "s#^#$v/$s: KCM passes, kcm-rs: #" >&2
+  [[ "${BAR_RERUN:-yes}" != no ]] || return 1
+  echo "== $v/$s: those leaves again for kcm-rs" >&2
+  RUN="$(leaves regex <<<"$missed")" RERUN=bar run "$v" kcm-rs "$s" || true
+  if missed="$(leaves bar "$allowed" "$dir/kcm-$s.json" "$dir/kcm-rs-$s.json" "$dir/kcm-rs-$s.bar.json")"; then return 0; fi
+  echo "$missed" | sed "s#^#$v/$s: KCM passes, kcm-rs (rerun): #" >&2
+  return 1
+}
+
 # cmd/suites-leaves: the leaf checks, durations and shards (Go, so the
 # script needs no other interpreter).
 leaves() { (cd "$here" && go run ./cmd/suites-leaves "$@"); }
@@ -258,6 +283,7 @@ case "$cmd" in
   run) run "$@" ;;
   report) report "$@" ;;
   check) check "$@" ;;
+  bar) bar "$@" ;;
   gen) gen "$@" ;;
   durations) durations "$@" ;;
   all)

@@ -7,6 +7,14 @@
 //	    is a failure too; a listed leaf that now passes is only reported.
 //	suites-leaves durations RESULTS.json
 //	    the seconds of every top-level test, in the form shard reads
+//	suites-leaves bar ALLOWED.tsv KCM.json KCM_RS.json [KCM_RS_RERUN.json...]
+//	    every leaf upstream KCM passes passes for kcm-rs (a leaf's result
+//	    is its last one over the kcm-rs files, reruns last); each leaf
+//	    that does not is printed as "LEAF<TAB>result"; exit 1 if any.
+//	    ALLOWED.tsv (leaf or "prefix*"<TAB>reason; may be missing) lists
+//	    the deliberate deviations: reported on stderr, not counted.
+//	suites-leaves regex < leaves
+//	    one -test.run expression that selects exactly those leaves
 //	suites-leaves shard N DURATIONS.tsv < test names
 //	    at most N -test.run expressions, one per line, over the names on
 //	    stdin (`TEST.test -test.list`), dealt out longest first to the
@@ -41,6 +49,13 @@ func main() {
 			usage()
 		}
 		code, err = check(args[0], args[1], os.Stdout)
+	case "bar":
+		if len(args) < 3 {
+			usage()
+		}
+		code, err = bar(args[0], args[1], args[2:], os.Stdout)
+	case "regex":
+		err = leafRegex(os.Stdin, os.Stdout)
 	case "durations":
 		if len(args) != 1 {
 			usage()
@@ -67,7 +82,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: suites-leaves check RESULTS.json EXPECTED.tsv | durations RESULTS.json | shard N DURATIONS.tsv < names")
+	fmt.Fprintln(os.Stderr, "usage: suites-leaves check RESULTS.json EXPECTED.tsv | bar ALLOWED.tsv KCM.json KCM_RS.json [RERUN.json...] | regex < leaves | durations RESULTS.json | shard N DURATIONS.tsv < names")
 	os.Exit(2)
 }
 
@@ -128,6 +143,125 @@ func table(path string) (map[string]string, error) {
 		out[f[0]] = strings.TrimSpace(f[1])
 	}
 	return out, nil
+}
+
+// leavesOf drops the tests that have subtests: only leaves are results.
+func leavesOf(res map[string]string) map[string]string {
+	parents := map[string]bool{}
+	for t := range res {
+		for i := strings.LastIndex(t, "/"); i >= 0; i = strings.LastIndex(t, "/") {
+			t = t[:i]
+			parents[t] = true
+		}
+	}
+	out := map[string]string{}
+	for t, r := range res {
+		if !parents[t] {
+			out[t] = r
+		}
+	}
+	return out
+}
+
+func bar(allowedPath, kcmPath string, rsPaths []string, w io.Writer) (int, error) {
+	allowed, err := table(allowedPath)
+	if err != nil {
+		return 0, err
+	}
+	kcm, _, err := results(kcmPath)
+	if err != nil {
+		return 0, err
+	}
+	rs := map[string]string{}
+	for _, p := range rsPaths {
+		res, _, err := results(p)
+		if err != nil {
+			return 0, err
+		}
+		for t, r := range res {
+			if r != "" || rs[t] == "" {
+				rs[t] = r
+			}
+		}
+	}
+	kcmLeaves, rsLeaves := leavesOf(kcm), leavesOf(rs)
+	missed, passes, deviations := 0, 0, 0
+	for _, t := range sortedKeys(kcmLeaves) {
+		if kcmLeaves[t] != "pass" {
+			continue
+		}
+		passes++
+		got, ok := rsLeaves[t]
+		if !ok {
+			got = "not run"
+		} else if got == "" {
+			got = "no result"
+		}
+		if got == "pass" {
+			continue
+		}
+		if reason, ok := allowedFor(allowed, t); ok {
+			deviations++
+			fmt.Fprintf(os.Stderr, "allowed: %s: %s (%s)\n", t, got, reason)
+			continue
+		}
+		missed++
+		fmt.Fprintf(w, "%s\t%s\n", t, got)
+	}
+	fmt.Fprintf(os.Stderr, "%d leaves KCM passes: %d not passed by kcm-rs, %d listed deviations\n", passes, missed, deviations)
+	if missed > 0 {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+// allowedFor: the reason `leaf` is listed for, by its exact name or a
+// "prefix*" entry.
+func allowedFor(allowed map[string]string, leaf string) (string, bool) {
+	if r, ok := allowed[leaf]; ok {
+		return r, true
+	}
+	for k, r := range allowed {
+		if p, ok := strings.CutSuffix(k, "*"); ok && strings.HasPrefix(leaf, p) {
+			return r, true
+		}
+	}
+	return "", false
+}
+
+// leafRegex: `go test -run` splits its expression at slashes, one part
+// per level, each matched unanchored; a leaf is selected by anchoring every
+// part of its name. Leaves are alternatives of one expression per level, so
+// the union may select a few more leaves (a cross product), never fewer.
+func leafRegex(leaves io.Reader, w io.Writer) error {
+	var levels [][]string
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(leaves)
+	for sc.Scan() {
+		name := strings.TrimSpace(strings.SplitN(sc.Text(), "\t", 2)[0])
+		if name == "" {
+			continue
+		}
+		for i, part := range strings.Split(name, "/") {
+			if len(levels) <= i {
+				levels = append(levels, nil)
+			}
+			key := strconv.Itoa(i) + "/" + part
+			if !seen[key] {
+				seen[key] = true
+				levels[i] = append(levels[i], "^"+regexp.QuoteMeta(part)+"$")
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	parts := make([]string, len(levels))
+	for i, alts := range levels {
+		parts[i] = strings.Join(alts, "|")
+	}
+	fmt.Fprintln(w, strings.Join(parts, "/"))
+	return nil
 }
 
 func check(resultsPath, expectedPath string, w io.Writer) (int, error) {
