@@ -19,9 +19,6 @@ use kcm_features::{FeatureGates, KubeVersion};
 fn deviation(minor: u32, gates: &str) -> Option<&'static str> {
     match (minor, gates) {
         (_, "JobPodFailurePolicy=false") => Some("kcm-rs's own gate"),
-        (36, "WorkloadWithJob=true,GenericWorkload=true") => {
-            Some("implemented only on 1.37 (1.36 writes scheduling.k8s.io/v1alpha2)")
-        }
         _ => None,
     }
 }

@@ -34,7 +34,7 @@ pub enum Feature {
     /// 1.35+ (alpha): `Lt`/`Gt` toleration operators.
     TaintTolerationComparisonOperators,
     /// 1.36+ (alpha): Jobs create scheduling Workloads and PodGroups
-    /// (kcm-rs: both values on 1.37, only off on 1.36).
+    /// (`scheduling.k8s.io/v1alpha2` on 1.36, `v1beta1` on 1.37).
     WorkloadWithJob,
 }
 
@@ -99,9 +99,8 @@ impl Feature {
     /// What kcm-rs implements of the gate in `version`'s KCM.
     pub fn support(self, version: KubeVersion) -> Support {
         match self {
-            // 1.37's scheduling.k8s.io/v1beta1 only: 1.36's KCM writes
-            // v1alpha2 objects, which kcm-rs's API types lack.
-            Feature::WorkloadWithJob if version.at_least(37) => Support::Both,
+            // Both minors that have it (1.36: v1alpha2, 1.37: v1beta1).
+            Feature::WorkloadWithJob if version.at_least(36) => Support::Both,
             Feature::JobPodFailurePolicy
             | Feature::PodDisruptionConditions
             | Feature::MutableSchedulingDirectivesForSuspendedJobs
@@ -115,14 +114,12 @@ impl Feature {
     }
 
     /// Why a gate implemented on some minor is not on `version`.
+    /// None today: every gate implemented on one supported minor is on all
+    /// minors that have it (`WorkloadWithJob` was 1.37-only until 1.36's
+    /// v1alpha2 objects were implemented).
     pub fn unsupported_why(self, version: KubeVersion) -> Option<&'static str> {
-        match self {
-            Feature::WorkloadWithJob if !version.at_least(37) => Some(
-                "kcm-rs implements it on 1.37 (scheduling.k8s.io/v1beta1); 1.36's Job controller \
-                 writes scheduling.k8s.io/v1alpha2 Workloads and PodGroups, which kcm-rs does not",
-            ),
-            _ => None,
-        }
+        let _ = (self, version);
+        None
     }
 
     /// The value at `version` when not set and not emulating.

@@ -207,7 +207,7 @@ mod tests {
     }
 
     #[test]
-    fn workload_with_job_is_implemented_on_1_37_only() {
+    fn workload_with_job_is_implemented_on_1_36_and_1_37() {
         let both = "WorkloadWithJob=true,GenericWorkload=true";
         let g = FeatureGates::parse_for(v(37), both).unwrap();
         assert!(g.enabled(Feature::WorkloadWithJob));
@@ -223,9 +223,17 @@ mod tests {
             err(37, "WorkloadWithJob=true"),
             "WorkloadWithJob is enabled, but depends on features that are disabled: [GenericWorkload]"
         );
-        let e = err(36, both);
-        assert!(e.starts_with("kcm-rs implements WorkloadWithJob only as false, not true (a gate of kube-controller-manager 1.36 that kcm-rs reads): "), "{e}");
-        assert!(e.contains("v1alpha2"), "{e}");
+        // 1.36 (scheduling.k8s.io/v1alpha2) takes it too, with the same
+        // dependency.
+        let g = FeatureGates::parse_for(v(36), both).unwrap();
+        assert!(g.enabled(Feature::WorkloadWithJob));
+        assert!(!FeatureGates::defaults(v(36)).enabled(Feature::WorkloadWithJob));
+        assert_eq!(
+            err(36, "WorkloadWithJob=true"),
+            "WorkloadWithJob is enabled, but depends on features that are disabled: [GenericWorkload]"
+        );
+        // Not there before 1.36, as upstream.
+        assert!(FeatureGates::parse_for(v(35), both).is_err());
         // AllAlpha reaches it on 1.37 as upstream's.
         let g = FeatureGates::parse_for(v(37), "AllAlpha=true,AllBeta=true").unwrap();
         assert!(g.enabled(Feature::WorkloadWithJob));

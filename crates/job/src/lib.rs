@@ -17,7 +17,8 @@
 //! KCM, only Jobs naming kcm-rs in `spec.managedBy`). `explain/` and `lint/` are `kcm-rs explain` and
 //! `kcm-rs lint`: they call the same matcher and `sync::prepare`, never a
 //! copy of them. `workload` decides the Workload and PodGroup of a Job
-//! (`WorkloadWithJob`, 1.37), `controller::scheduling` makes them; their
+//! (`WorkloadWithJob`, 1.37; 1.36's v1alpha2 rules in `workload::v136`),
+//! `controller::scheduling` (`scheduling_v136`) makes them; their
 //! informers exist only with that gate on.
 
 pub mod active_pods;
@@ -85,11 +86,22 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     let mut jc = controller::JobController::new(port, jobs, pods, config, ctx.clock.clone());
     jc.conflict = conflict::Tracker::new(settings.on_conflict, ctx.clock.now());
     if config.workload_with_job {
-        // Only with the gate on: no list/watch (nor RBAC) otherwise.
-        jc.scheduling = Some(controller::scheduling::Scheduling::new(
-            ctx.informers.informer(),
-            ctx.informers.informer(),
-        ));
+        // Only with the gate on: no list/watch (nor RBAC) otherwise; the
+        // minor's API version only.
+        match config.workload_api {
+            workload::Api::V1beta1 => {
+                jc.scheduling = Some(controller::scheduling::Scheduling::new(
+                    ctx.informers.informer(),
+                    ctx.informers.informer(),
+                ));
+            }
+            workload::Api::V1alpha2 => {
+                jc.scheduling_v136 = Some(controller::scheduling_v136::Scheduling::new(
+                    ctx.informers.informer(),
+                    ctx.informers.informer(),
+                ));
+            }
+        }
     }
     controller::conflict::gauge().set(0);
     let jc = Arc::new(jc);

@@ -12,6 +12,7 @@ mod orphans;
 mod pod_control;
 pub mod port;
 pub mod scheduling;
+pub mod scheduling_v136;
 mod sync_job;
 
 use std::collections::HashSet;
@@ -108,8 +109,10 @@ pub struct JobController<P = ApiPort> {
     pub clock: kcm_runtime::clock::Clock,
     /// Jobs another controller writes (`--on-conflict`).
     pub conflict: crate::conflict::Tracker,
-    /// The Workload and PodGroup informers, with `WorkloadWithJob` on.
+    /// The Workload and PodGroup informers, with `WorkloadWithJob` on
+    /// (1.37's v1beta1 ones, or 1.36's v1alpha2 ones; never both).
     pub scheduling: Option<scheduling::Scheduling>,
+    pub scheduling_v136: Option<scheduling_v136::Scheduling>,
 }
 
 /// The core/v1 reference of a Job, for events.
@@ -160,6 +163,7 @@ impl<P: JobPort> JobController<P> {
             rw: consistency::ReadYourWrites::new(config.read_your_writes),
             conflict: crate::conflict::Tracker::new(Default::default(), clock.now()),
             scheduling: None,
+            scheduling_v136: None,
             clock,
         }
     }
@@ -182,6 +186,10 @@ impl<P: JobPort> JobController<P> {
         host.track(&self.jobs);
         host.track(&self.pods);
         if let Some(s) = &self.scheduling {
+            host.track(&s.workloads);
+            host.track(&s.pod_groups);
+        }
+        if let Some(s) = &self.scheduling_v136 {
             host.track(&s.workloads);
             host.track(&s.pod_groups);
         }

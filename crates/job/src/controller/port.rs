@@ -26,6 +26,7 @@ use serde_json::json;
 
 use super::job_ref;
 use crate::pods::JOB_TRACKING_FINALIZER;
+use crate::workload::v1alpha2;
 
 /// At most this many pod writes of one batch in flight at once.
 pub const FAN_OUT: usize = 64;
@@ -194,6 +195,22 @@ pub trait JobPort: Send + Sync {
         patch: serde_json::Value,
     ) -> impl Future<Output = Result<(), kube::Error>> + Send {
         let _ = (ns, name, patch);
+        async { Err(unsupported("podgroups")) }
+    }
+    /// Creates a 1.36 (`v1alpha2`) Workload.
+    fn create_workload_v1alpha2(
+        &self,
+        w: &v1alpha2::Workload,
+    ) -> impl Future<Output = Result<v1alpha2::Workload, kube::Error>> + Send {
+        let _ = w;
+        async { Err(unsupported("workloads")) }
+    }
+    /// Creates a 1.36 (`v1alpha2`) PodGroup.
+    fn create_pod_group_v1alpha2(
+        &self,
+        pg: &v1alpha2::PodGroup,
+    ) -> impl Future<Output = Result<v1alpha2::PodGroup, kube::Error>> + Send {
+        let _ = pg;
         async { Err(unsupported("podgroups")) }
     }
 }
@@ -365,6 +382,24 @@ impl JobPort for ApiPort {
         let api = Api::<PodGroup>::namespaced(self.client.clone(), ns);
         let p = Patch::Strategic(patch);
         api.patch(name, &PatchParams::default(), &p).await.map(drop)
+    }
+
+    async fn create_workload_v1alpha2(
+        &self,
+        w: &v1alpha2::Workload,
+    ) -> Result<v1alpha2::Workload, kube::Error> {
+        Api::<v1alpha2::Workload>::namespaced(self.client.clone(), ns_of(&w.metadata))
+            .create(&PostParams::default(), w)
+            .await
+    }
+
+    async fn create_pod_group_v1alpha2(
+        &self,
+        pg: &v1alpha2::PodGroup,
+    ) -> Result<v1alpha2::PodGroup, kube::Error> {
+        Api::<v1alpha2::PodGroup>::namespaced(self.client.clone(), ns_of(&pg.metadata))
+            .create(&PostParams::default(), pg)
+            .await
     }
 }
 

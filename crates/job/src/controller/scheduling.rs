@@ -1,4 +1,5 @@
-//! The executor of `WorkloadWithJob` (1.37): before pod management, finds
+//! The executor of `WorkloadWithJob` (1.37; 1.36's is
+//! [`super::scheduling_v136`]): before pod management, finds
 //! or creates the Job's Workload and PodGroup and keeps the gang
 //! `minCount` in step (upstream `ensureWorkloadAndPodGroup`), following the
 //! pure decisions of [`crate::workload`]. The Workload and PodGroup
@@ -49,6 +50,7 @@ macro_rules! cached {
         }
     };
 }
+pub(super) use cached;
 cached!(CachedWorkload, Workload);
 cached!(CachedPodGroup, PodGroup);
 
@@ -129,6 +131,9 @@ impl<P: JobPort> JobController<P> {
         job: &Job,
         pods: usize,
     ) -> Result<Option<String>, EnsureError> {
+        if let Some(s) = self.scheduling_v136.as_ref() {
+            return self.ensure_scheduling_v136(s, job, pods).await;
+        }
         let Some(s) = self.scheduling.as_ref() else {
             return Ok(None);
         };

@@ -7,7 +7,8 @@
 //! |---|---|---|
 //! | suspending clears `status.startTime` | 1.35 (off), 1.36 (on) | `MutableSchedulingDirectivesForSuspendedJobs` |
 //! | read-your-writes check before a sync (`controller::consistency`) | 1.36 | `StaleControllerConsistencyJob` |
-//! | Workloads and PodGroups for Jobs (`crate::workload`; alpha, off; refused on 1.36, whose API is v1alpha2) | 1.37 | `WorkloadWithJob` |
+//! | Workloads and PodGroups for gang-shaped Jobs (`crate::workload::v136`; alpha, off; `scheduling.k8s.io/v1alpha2`) | 1.36 | `WorkloadWithJob` |
+//! | … for every Job, from `spec.scheduling`, delegation, gang resizing (`crate::workload`; alpha, off; `v1beta1`) | 1.37 | `WorkloadWithJob` |
 //!
 //! Gates off only under `--emulated-version` (or, for `JobManagedBy`, on
 //! 1.34), each as upstream's `feature.DefaultFeatureGate.Enabled` sites:
@@ -61,9 +62,12 @@ pub struct Config {
     /// `JobPodReplacementPolicy`: off means `spec.podReplacementPolicy` is
     /// ignored and `status.terminating` is not written.
     pub pod_replacement_policy: bool,
-    /// `WorkloadWithJob`: Jobs get `scheduling.k8s.io/v1beta1` Workloads
-    /// and PodGroups, and their pods name the PodGroup.
+    /// `WorkloadWithJob`: Jobs get scheduling Workloads and PodGroups, and
+    /// their pods name the PodGroup.
     pub workload_with_job: bool,
+    /// Which minor's rules and API version `workload_with_job` follows (the
+    /// binary minor's: 1.36's v1alpha2, or 1.37's v1beta1).
+    pub workload_api: crate::workload::Api,
     /// The `spec.managedBy` this controller answers to: KCM's name, or the
     /// `--job-managed-by` name when it runs beside KCM ([`Config::beside_kcm`]).
     pub own_name: &'static str,
@@ -82,6 +86,11 @@ impl Config {
             backoff_limit_per_index: gates.enabled(Feature::JobBackoffLimitPerIndex),
             pod_replacement_policy: gates.enabled(Feature::JobPodReplacementPolicy),
             workload_with_job: gates.enabled(Feature::WorkloadWithJob),
+            workload_api: if gates.version().at_least(37) {
+                crate::workload::Api::V1beta1
+            } else {
+                crate::workload::Api::V1alpha2
+            },
             own_name: JOB_CONTROLLER_NAME,
         }
     }

@@ -1,6 +1,8 @@
 //! `WorkloadWithJob` (1.37, alpha): the scheduling objects a Job gets, as
 //! pure decisions over the Job and the cached objects (upstream
 //! `job_scheduling_manager.go`); `controller::scheduling` performs them.
+//! 1.36's narrower feature (`scheduling.k8s.io/v1alpha2`) is [`v136`], over
+//! the types of [`v1alpha2`]; names are shared.
 //!
 //! A root Job (no controller owner) gets a `scheduling.k8s.io/v1beta1`
 //! Workload compiled from `spec.scheduling` (one PodGroupTemplate, Basic by
@@ -22,6 +24,19 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use serde_json::{Value, json};
 
 use crate::sync::manage::controller_ref;
+
+pub mod v136;
+pub mod v1alpha2;
+
+/// The scheduling API (and with it the rules) of the minor's Job
+/// controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// 1.36: gang candidates only, [`v136`].
+    V1alpha2,
+    /// 1.37: every root or delegated Job, this module.
+    V1beta1,
+}
 
 /// The annotation by which a parent controller hands PodGroup management
 /// of one of its Workload's templates to the Job controller.

@@ -1,0 +1,165 @@
+//! `WorkloadWithJob` on 1.36 (alpha, `scheduling.k8s.io/v1alpha2`): the
+//! pure decisions of 1.36's `job_scheduling_manager.go`, which differ from
+//! 1.37's ([`super`]) in more than the wire shape:
+//!
+//! - only gang candidates get objects (`IsGangSchedulingCandidate`:
+//!   parallelism > 1, Indexed, completions == parallelism, no
+//!   `schedulingGroup` in the template), owned or not by another controller
+//!   (no delegation, no `spec.scheduling`);
+//! - the Workload has one gang template whose `minCount` is the
+//!   parallelism, never patched afterwards;
+//! - lookups count every object the index returns: a single one the Job
+//!   does not control, or several, mean default scheduling;
+//! - only the Workload waits for a new Job; a missing PodGroup is created
+//!   whenever the Job has its Workload.
+//!
+//! Names are 1.37's ([`super::workload_name`], [`super::pod_group_name`]).
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde_json::json;
+
+use super::v1alpha2::{
+    API_VERSION, PodGroup, PodGroupSpec, PodGroupTemplate, PodGroupTemplateReference,
+    TypedLocalObjectReference, Workload, WorkloadPodGroupTemplateReference, WorkloadSpec,
+};
+use super::{controlled_by, pod_group_name, template_name, workload_name};
+use crate::sync::manage::controller_ref;
+
+/// Whether the Job gets a Workload and PodGroup (upstream
+/// `shouldManageWorkloadForJob`).
+pub fn eligible(job: &Job, gate: bool) -> bool {
+    if !gate {
+        return false;
+    }
+    let Some(spec) = job.spec.as_ref() else {
+        return false;
+    };
+    let Some(parallelism) = spec.parallelism.filter(|p| *p > 1) else {
+        return false;
+    };
+    let grouped = spec
+        .template
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.scheduling_group.is_some());
+    crate::pods::is_indexed(job) && spec.completions == Some(parallelism) && !grouped
+}
+
+/// What the index returned for the Job (or its Workload).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found<T> {
+    None,
+    /// The one match, controlled by the Job.
+    Mine(T),
+    /// The one match, not controlled by the Job: default scheduling.
+    Foreign,
+    /// Several matches, whoever controls them: default scheduling.
+    Many(usize),
+}
+
+/// Every match counts, controlled by the Job or not (upstream switches on
+/// `len(matched)` before checking `IsControlledBy`).
+pub fn find<T: Clone>(items: &[T], meta: impl Fn(&T) -> &ObjectMeta, uid: &str) -> Found<T> {
+    match items {
+        [] => Found::None,
+        [one] if controlled_by(meta(one), uid) => Found::Mine(one.clone()),
+        [_] => Found::Foreign,
+        many => Found::Many(many.len()),
+    }
+}
+
+/// Whether the Workload has the shape 1.36 supports (exactly one
+/// template; upstream `validateWorkloadStructure`).
+pub fn usable(w: &Workload) -> bool {
+    w.spec.pod_group_templates.len() == 1
+}
+
+/// The Workload 1.36 creates for `job` (upstream `createWorkloadForJob`):
+/// one gang template of the parallelism, controlled by the Job, which
+/// `spec.controllerRef` names.
+pub fn desired_workload(job: &Job) -> Workload {
+    let parallelism = job.spec.as_ref().and_then(|s| s.parallelism).unwrap_or(0);
+    Workload {
+        metadata: ObjectMeta {
+            name: Some(workload_name(job)),
+            namespace: job.metadata.namespace.clone(),
+            owner_references: Some(vec![controller_ref(job)]),
+            ..Default::default()
+        },
+        spec: WorkloadSpec {
+            controller_ref: Some(TypedLocalObjectReference {
+                api_group: "batch".into(),
+                kind: "Job".into(),
+                name: job.metadata.name.clone().unwrap_or_default(),
+            }),
+            pod_group_templates: vec![PodGroupTemplate {
+                name: template_name(job),
+                scheduling_policy: json!({ "gang": { "minCount": parallelism } }),
+            }],
+        },
+    }
+}
+
+/// The PodGroup for `job` from the Workload's first template (upstream
+/// `createPodGroupForWorkload`): controlled by the Job, owned (not
+/// controlled, no blockOwnerDeletion) by the Workload, the template's
+/// policy copied. None: the Workload has no template.
+pub fn new_pod_group(job: &Job, workload: &Workload) -> Option<PodGroup> {
+    let t = workload.spec.pod_group_templates.first()?;
+    let wl_name = workload.metadata.name.clone().unwrap_or_default();
+    Some(PodGroup {
+        metadata: ObjectMeta {
+            name: Some(pod_group_name(&wl_name, &t.name)),
+            namespace: job.metadata.namespace.clone(),
+            owner_references: Some(vec![
+                controller_ref(job),
+                OwnerReference {
+                    api_version: API_VERSION.into(),
+                    kind: "Workload".into(),
+                    name: wl_name.clone(),
+                    uid: workload.metadata.uid.clone().unwrap_or_default(),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        },
+        spec: PodGroupSpec {
+            pod_group_template_ref: Some(PodGroupTemplateReference {
+                workload: Some(WorkloadPodGroupTemplateReference {
+                    workload_name: wl_name,
+                    pod_group_template_name: t.name.clone(),
+                }),
+            }),
+            scheduling_policy: t.scheduling_policy.clone(),
+        },
+    })
+}
+
+/// Index value of a Workload: `ns/<job>` when its controllerRef is a Job.
+pub fn workload_job_key(w: &Workload) -> Option<String> {
+    let r = w.spec.controller_ref.as_ref()?;
+    (r.api_group == "batch" && r.kind == "Job" && !r.name.is_empty()).then(|| {
+        format!(
+            "{}/{}",
+            w.metadata.namespace.as_deref().unwrap_or(""),
+            r.name
+        )
+    })
+}
+
+/// Index value of a PodGroup: `ns/<workload>` from its podGroupTemplateRef.
+pub fn pod_group_workload_key(pg: &PodGroup) -> Option<String> {
+    let r = pg.spec.pod_group_template_ref.as_ref()?.workload.as_ref()?;
+    (!r.workload_name.is_empty()).then(|| {
+        format!(
+            "{}/{}",
+            pg.metadata.namespace.as_deref().unwrap_or(""),
+            r.workload_name
+        )
+    })
+}
+
+#[cfg(test)]
+#[path = "v136_tests.rs"]
+mod tests;
