@@ -18,6 +18,8 @@ mod scenarios;
 mod versions;
 #[path = "differential/workload.rs"]
 mod workload;
+#[path = "differential/workload_v136.rs"]
+mod workload_v136;
 
 use std::time::Duration;
 
