@@ -113,7 +113,8 @@ fn every_match_counts_before_ownership() {
         &w.metadata
     }
     assert_eq!(find(&[], meta, UID), Found::None);
-    assert_eq!(find(&[mine.clone()], meta, UID), Found::Mine(mine.clone()));
+    let one = std::slice::from_ref(&mine);
+    assert_eq!(find(one, meta, UID), Found::Mine(mine.clone()));
     assert_eq!(find(&[foreign.clone()], meta, UID), Found::Foreign);
     // 1.37 would pick the one it controls; 1.36 falls back.
     assert_eq!(find(&[mine.clone(), foreign], meta, UID), Found::Many(2));
