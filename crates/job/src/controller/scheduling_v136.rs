@@ -70,11 +70,7 @@ impl Scheduling {
     }
 
     fn pod_groups_of(&self, w: &Workload) -> Vec<PodGroup> {
-        let key = format!(
-            "{}/{}",
-            w.metadata.namespace.as_deref().unwrap_or(""),
-            w.metadata.name.as_deref().unwrap_or("")
-        );
+        let key = wl::index_key(&w.metadata, w.metadata.name.as_deref().unwrap_or(""));
         let found = self.pod_groups.store().by_index(BY_WORKLOAD_NAME, &key);
         found.iter().map(|p| p.0.clone()).collect()
     }

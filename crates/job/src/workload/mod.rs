@@ -425,25 +425,20 @@ pub fn pod_group_min_count_patch(pg: &PodGroup, min_count: i32) -> Option<Value>
 /// Index value of a Workload: `ns/<job>` when its controllerRef is a Job.
 pub fn workload_job_key(w: &Workload) -> Option<String> {
     let r = w.spec.controller_ref.as_ref()?;
-    (r.api_group.as_deref() == Some("batch") && r.kind == "Job" && !r.name.is_empty()).then(|| {
-        format!(
-            "{}/{}",
-            w.metadata.namespace.as_deref().unwrap_or(""),
-            r.name
-        )
-    })
+    (r.api_group.as_deref() == Some("batch") && r.kind == "Job" && !r.name.is_empty())
+        .then(|| index_key(&w.metadata, &r.name))
+}
+
+/// The `ns/name` value the Workload and PodGroup indexes use: `name` in
+/// the namespace of `meta`.
+pub fn index_key(meta: &ObjectMeta, name: &str) -> String {
+    format!("{}/{name}", meta.namespace.as_deref().unwrap_or(""))
 }
 
 /// Index value of a PodGroup: `ns/<workload>` from its workloadRef.
 pub fn pod_group_workload_key(pg: &PodGroup) -> Option<String> {
     let r = pg.spec.workload_ref.as_ref()?;
-    (!r.workload_name.is_empty()).then(|| {
-        format!(
-            "{}/{}",
-            pg.metadata.namespace.as_deref().unwrap_or(""),
-            r.workload_name
-        )
-    })
+    (!r.workload_name.is_empty()).then(|| index_key(&pg.metadata, &r.workload_name))
 }
 
 #[cfg(test)]

@@ -139,25 +139,14 @@ pub fn new_pod_group(job: &Job, workload: &Workload) -> Option<PodGroup> {
 /// Index value of a Workload: `ns/<job>` when its controllerRef is a Job.
 pub fn workload_job_key(w: &Workload) -> Option<String> {
     let r = w.spec.controller_ref.as_ref()?;
-    (r.api_group == "batch" && r.kind == "Job" && !r.name.is_empty()).then(|| {
-        format!(
-            "{}/{}",
-            w.metadata.namespace.as_deref().unwrap_or(""),
-            r.name
-        )
-    })
+    (r.api_group == "batch" && r.kind == "Job" && !r.name.is_empty())
+        .then(|| super::index_key(&w.metadata, &r.name))
 }
 
 /// Index value of a PodGroup: `ns/<workload>` from its podGroupTemplateRef.
 pub fn pod_group_workload_key(pg: &PodGroup) -> Option<String> {
     let r = pg.spec.pod_group_template_ref.as_ref()?.workload.as_ref()?;
-    (!r.workload_name.is_empty()).then(|| {
-        format!(
-            "{}/{}",
-            pg.metadata.namespace.as_deref().unwrap_or(""),
-            r.workload_name
-        )
-    })
+    (!r.workload_name.is_empty()).then(|| super::index_key(&pg.metadata, &r.workload_name))
 }
 
 #[cfg(test)]
