@@ -10,16 +10,23 @@
 //! * [`WorkQueue::add_rate_limited`] schedules a retry after the key's
 //!   exponential backoff or the queue's token bucket, whichever is longer.
 //! * The `workqueue_*` metrics are kept under the queue's name.
+//! * Beyond client-go, a queue built with [`WorkQueue::fair`] hands out
+//!   ready keys by lane (a namespace) in turns, FIFO within a lane, so one
+//!   namespace's burst cannot hold back another namespace's keys (see
+//!   `ready.rs` and `docs/fair-share.md`); everything above holds as is.
 //!
 //! Time comes from `tokio::time`, so tests drive it with `tokio::time::pause`
 //! and `advance`.
 
+#[cfg(test)]
+mod fair_tests;
 mod metrics;
 mod rate_limit;
+mod ready;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::hash::Hash;
 use std::sync::{Arc, Weak};
@@ -30,9 +37,11 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub use rate_limit::{BucketLimit, RateLimit};
+pub use ready::{LaneFn, namespace_lane};
 
 use metrics::QueueMetrics;
 use rate_limit::RateLimiter;
+use ready::Ready;
 
 /// How often the unfinished-work gauges are refreshed (client-go's
 /// `defaultUnfinishedWorkUpdatePeriod`). The same tick also moves due
@@ -90,9 +99,9 @@ struct Inner<K> {
 }
 
 struct State<K> {
-    /// Keys ready for a worker, in arrival order. Each is also in `dirty` and
-    /// never in `processing`.
-    queue: VecDeque<K>,
+    /// Keys ready for a worker, in hand-out order (arrival order, or lanes
+    /// in turns). Each is also in `dirty` and never in `processing`.
+    queue: Ready<K>,
     /// Keys that need processing, with the time they were first added (for
     /// `workqueue_queue_duration_seconds`). A key both here and in
     /// `processing` is re-queued on `done`.
@@ -194,11 +203,25 @@ where
     /// refreshes the unfinished-work gauges; without a runtime those gauges
     /// only move on [`update_unfinished_work_metrics`](Self::update_unfinished_work_metrics).
     pub fn new(name: &str, rate_limit: RateLimit) -> Self {
+        Self::build(name, rate_limit, Ready::fifo())
+    }
+
+    /// Like [`new`](Self::new), but ready keys are handed out by lane in
+    /// turns (one key of each lane with ready keys, round-robin; FIFO
+    /// within a lane), `lane` naming a key's lane, e.g. [`namespace_lane`].
+    /// A key that becomes ready in a lane with nothing else ready is handed
+    /// out after at most one key of every other lane. Dedupe, one worker
+    /// per key, delays, back-off, shutdown and metrics are those of `new`.
+    pub fn fair(name: &str, rate_limit: RateLimit, lane: LaneFn<K>) -> Self {
+        Self::build(name, rate_limit, Ready::fair(lane))
+    }
+
+    fn build(name: &str, rate_limit: RateLimit, ready: Ready<K>) -> Self {
         let now = Instant::now();
         let inner = Arc::new(Inner {
             name: name.to_owned(),
             state: Mutex::new(State {
-                queue: VecDeque::new(),
+                queue: ready,
                 dirty: HashMap::new(),
                 processing: HashMap::new(),
                 waiting: BTreeMap::new(),
@@ -392,18 +415,18 @@ where
         self.len() == 0
     }
 
-    /// How long the key at the head of the ready queue has been waiting for
-    /// a worker (since it was added or became due); `None` when no key is
-    /// ready. The controller host's liveness check reads it.
+    /// How long the key at the head of the ready queue (the longest-waiting
+    /// lane head of a fair queue) has been waiting for a worker (since it
+    /// was added or became due); `None` when no key is ready. The
+    /// controller host's liveness check reads it.
     pub fn longest_waiting(&self) -> Option<Duration> {
         let mut st = self.inner.state.lock();
         let now = Instant::now();
         let pushed = st.promote_due(now, &self.inner.metrics);
-        let age = st
-            .queue
-            .front()
-            .and_then(|k| st.dirty.get(k))
-            .map(|added| now.saturating_duration_since(*added));
+        let State { queue, dirty, .. } = &*st;
+        let age = queue
+            .oldest(|k| dirty.get(k).copied())
+            .map(|added| now.saturating_duration_since(added));
         drop(st);
         self.wake(pushed);
         age
