@@ -1,23 +1,27 @@
-//! Upstream KCM's job-controller and kcm-rs on one API server: kcm-rs sees
-//! the other controller's status writes in the Job's managedFields, logs an
-//! error, records a Warning event, sets `kcm_rs_conflicting_controller` to
-//! 1 and (`--on-conflict=stop`, the default) stops syncing Jobs.
+//! A second writer of Job status, against the kcm-rs binary on a real API
+//! server. Upstream KCM's job-controller beside kcm-rs is found within a
+//! sync or two of a Job both write: an error log line, a Warning
+//! `ConflictingController` event on that Job naming the writer, and
+//! `kcm_rs_conflicting_controller{writer}`. With `--on-conflict=stop` (the
+//! default) only that Job waits: with KCM gone, a new Job syncs at once
+//! while the contested one stays untouched. A status writer under any field
+//! manager name is found the same way.
 
 #[path = "manifests/support.rs"]
 #[allow(dead_code)]
 mod support;
 
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Event;
 use kcm_e2e::https::{Credential, OPEN_PATHS, get_as};
 use kcm_e2e::prometheus::free_port;
 use kcm_e2e::wait::{wait_for, wait_for_list};
 use kcm_e2e::{ControlPlane, TestNamespace, UpstreamKcm};
+use kube::Api;
 use kube::api::{ListParams, PostParams};
-use kube::{Api, ResourceExt};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -30,25 +34,6 @@ fn job(name: &str) -> Job {
             "containers": [{ "name": "main", "image": "busybox" }] } } }
     }))
     .expect("job")
-}
-
-/// The field managers of an object, as `manager/operation[/subresource]`.
-fn managers(m: &kube::core::ObjectMeta) -> Vec<String> {
-    m.managed_fields
-        .iter()
-        .flatten()
-        .map(|f| {
-            let mut s = format!(
-                "{}/{}",
-                f.manager.as_deref().unwrap_or(""),
-                f.operation.as_deref().unwrap_or("")
-            );
-            if let Some(sub) = f.subresource.as_deref().filter(|s| !s.is_empty()) {
-                s = format!("{s}/{sub}");
-            }
-            s
-        })
-        .collect()
 }
 
 fn start_kcm_rs(cp: &ControlPlane, port: u16) -> Child {
@@ -66,98 +51,138 @@ fn start_kcm_rs(cp: &ControlPlane, port: u16) -> Child {
         .expect("spawn kcm-rs")
 }
 
-fn gauge(metrics: &str, name: &str) -> Option<f64> {
+/// `kcm_rs_conflicting_controller{writer="<writer>"}`.
+fn gauge(metrics: &str, writer: &str) -> Option<f64> {
+    let series = format!("kcm_rs_conflicting_controller{{writer=\"{writer}\"}} ");
     metrics
         .lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .find_map(|l| l.strip_prefix(&series))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The ConflictingController events on `name`.
+async fn conflict_events(events: &Api<Event>, name: &str) -> Vec<Event> {
+    let lp = ListParams::default().fields(&format!(
+        "reason=ConflictingController,involvedObject.name={name}"
+    ));
+    events.list(&lp).await.map(|l| l.items).unwrap_or_default()
+}
+
+/// The Job's resourceVersion and status as stored.
+async fn stored(jobs: &Api<Job>, name: &str) -> (String, serde_json::Value) {
+    let j = jobs.get(name).await.expect("get job");
+    (
+        j.metadata.resource_version.unwrap_or_default(),
+        serde_json::to_value(j.status).expect("status"),
+    )
 }
 
 #[tokio::test]
-async fn a_second_job_controller_is_detected_and_kcm_rs_stops() {
+async fn a_second_status_writer_is_named_and_stops_only_its_job() {
     let cp = ControlPlane::start().expect("control plane");
-    let upstream = UpstreamKcm::start(&cp, &["job-controller"], &[]).expect("upstream KCM");
     let client = cp.client().await.expect("client");
     let ns = TestNamespace::create(&client, "second")
         .await
         .expect("namespace");
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    // kcm-rs first: KCM's writes from before it started are no conflict
-    // (a hand-over), only those made while it runs.
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
     let port = free_port().expect("port");
     let mut kcm = start_kcm_rs(&cp, port);
+    let log = cp.dir().join("kcm-rs.log");
+    let text = || std::fs::read_to_string(&log).unwrap_or_default();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    jobs.create(&PostParams::default(), &job("first"))
+
+    // 1. Upstream KCM's job-controller starts beside kcm-rs; both sync the
+    //    Job created now.
+    let upstream = UpstreamKcm::start(&cp, &["job-controller"], &[]).expect("upstream KCM");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let created = Instant::now();
+    jobs.create(&PostParams::default(), &job("both"))
         .await
         .expect("create");
-    let synced = wait_for(&jobs, "first", WAIT, "a status", |j| {
-        j.status.as_ref().and_then(|s| s.active).is_some()
-    })
-    .await
-    .expect("the Job synced");
-    eprintln!("Job first, managedFields: {:?}", managers(&synced.metadata));
-    let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
-    let lp = ListParams::default().fields("reason=ConflictingController");
+    let lp = ListParams::default().fields("reason=ConflictingController,involvedObject.name=both");
     let found = wait_for_list(&events, &lp, WAIT, "a ConflictingController event", |e| {
         !e.is_empty()
     })
-    .await;
-    let log = cp.dir().join("kcm-rs.log");
-    let text = || std::fs::read_to_string(&log).unwrap_or_default();
-    let found = found.unwrap_or_else(|e| {
+    .await
+    .unwrap_or_else(|e| {
         let _ = kcm.kill();
         panic!("{e}\nkcm-rs log:\n{}", text())
     });
+    let detected = created.elapsed();
     let ev = &found[0];
-    eprintln!(
-        "event: {} {} on {}/{}: {}",
-        ev.type_.as_deref().unwrap_or(""),
-        ev.reason.as_deref().unwrap_or(""),
-        ev.involved_object.kind.as_deref().unwrap_or(""),
-        ev.involved_object.name.as_deref().unwrap_or(""),
-        ev.message.as_deref().unwrap_or("")
-    );
+    let message = ev.message.clone().unwrap_or_default();
+    eprintln!("found after {detected:?}: {message}");
     assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    // The harness's KCM binary is kcm-e2e-controller-manager: its user
+    // agent, hence its field manager.
+    let writer = "kcm-e2e-controller-manager";
+    assert!(
+        message.contains(writer),
+        "the event names the writer: {message}"
+    );
+    assert!(detected < Duration::from_secs(20), "found within a sync or two");
     let (code, metrics) = get_as(port, "/metrics", Credential::None)
         .await
         .expect("scrape");
     assert_eq!(code, 200);
-    let g = gauge(&metrics, "kcm_rs_conflicting_controller ");
-    eprintln!("kcm_rs_conflicting_controller {g:?}");
-    assert_eq!(g, Some(1.0));
-    let logged: Vec<String> = text()
-        .lines()
-        .filter(|l| l.contains("another controller"))
-        .take(2)
-        .map(str::to_string)
-        .collect();
-    eprintln!("kcm-rs log: {logged:#?}");
-    assert!(!logged.is_empty(), "no error logged");
+    assert_eq!(gauge(&metrics, writer), Some(1.0), "{metrics}");
+    assert!(
+        text()
+            .lines()
+            .any(|l| l.contains("another controller writes this Job") && l.contains(writer)),
+        "an error logged naming the writer"
+    );
 
-    // Syncing stopped: a new Job's pods all come from upstream.
-    jobs.create(&PostParams::default(), &job("second"))
+    // 2. KCM goes away. Only the contested Job waits: a new Job syncs at
+    //    once, the contested one is not written by kcm-rs while the
+    //    contest lasts (2 minutes from the last foreign change).
+    drop(upstream);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = stored(&jobs, "both").await;
+    let t = Instant::now();
+    jobs.create(&PostParams::default(), &job("alone"))
         .await
         .expect("create");
-    let lp = ListParams::default().labels("batch.kubernetes.io/job-name=second");
-    let second = wait_for_list(&pods, &lp, WAIT, "2 pods", |p| p.len() >= 2)
-        .await
-        .expect("pods of the second Job");
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let second = pods.list(&lp).await.map(|l| l.items).unwrap_or(second);
-    let by: Vec<String> = second
-        .iter()
-        .map(|p| format!("{}: {:?}", p.name_any(), managers(&p.metadata)))
-        .collect();
-    eprintln!("pods of Job second: {by:#?}");
-    assert_eq!(second.len(), 2, "one controller created pods: {by:#?}");
-    assert!(
-        second.iter().all(|p| !managers(&p.metadata)
-            .iter()
-            .any(|m| m.starts_with("kcm-rs/"))),
-        "kcm-rs created or changed pods while stopped: {by:#?}"
+    wait_for(&jobs, "alone", WAIT, "a status", |j| {
+        j.status.as_ref().and_then(|s| s.active) == Some(2)
+    })
+    .await
+    .expect("a Job nobody else writes syncs");
+    eprintln!("an uncontested Job synced in {:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        stored(&jobs, "both").await,
+        before,
+        "kcm-rs wrote the contested Job"
     );
+    assert!(conflict_events(&events, "alone").await.is_empty());
+
+    // 3. A status writer under any field manager name is found.
+    let other = "acme-batch-operator";
+    let mut j = jobs.get_status("alone").await.expect("get");
+    let st = j.status.get_or_insert_with(Default::default);
+    // A change the API server accepts (ready <= active) and kcm-rs did not make.
+    st.ready = Some(if st.ready == Some(1) { 2 } else { 1 });
+    let pp = PostParams {
+        field_manager: Some(other.into()),
+        ..Default::default()
+    };
+    jobs.replace_status("alone", &pp, &j)
+        .await
+        .expect("status write");
+    let lp =
+        ListParams::default().fields("reason=ConflictingController,involvedObject.name=alone");
+    let found = wait_for_list(&events, &lp, WAIT, "an event on alone", |e| !e.is_empty())
+        .await
+        .expect("a writer named acme-batch-operator is found");
+    let message = found[0].message.clone().unwrap_or_default();
+    assert!(message.contains(other), "{message}");
+    let (_, metrics) = get_as(port, "/metrics", Credential::None)
+        .await
+        .expect("scrape");
+    assert_eq!(gauge(&metrics, other), Some(1.0), "{metrics}");
     let _ = kcm.kill();
     let _ = kcm.wait();
-    drop(upstream);
 }

@@ -84,7 +84,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
         );
     }
     let mut jc = controller::JobController::new(port, jobs, pods, config, ctx.clock.clone());
-    jc.conflict = conflict::Tracker::new(settings.on_conflict, ctx.clock.now());
+    jc.conflict = conflict::Ledger::new(settings.on_conflict);
     if config.workload_with_job {
         // Only with the gate on: no list/watch (nor RBAC) otherwise; the
         // minor's API version only.
@@ -103,7 +103,8 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
             }
         }
     }
-    controller::conflict::gauge().set(0);
+    // Registered at start; a series appears per writer seen.
+    controller::conflict::gauge();
     let jc = Arc::new(jc);
     metrics::set_minor(ctx.version.minor());
     if ctx.version.at_least(36) {

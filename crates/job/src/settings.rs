@@ -18,11 +18,11 @@ pub struct JobSettings {
     #[arg(long, value_name = "NAME", value_parser = parse_managed_by)]
     pub job_managed_by: Option<String>,
 
-    /// What to do while another controller (kube-controller-manager's
-    /// job-controller) writes the status of Jobs this one syncs: stop
-    /// syncing Jobs until that clears, or continue. Either way it is
-    /// logged, recorded as a Warning event on the Job and exported as
-    /// kcm_rs_conflicting_controller.
+    /// What to do with a Job whose status another writer (a second Job
+    /// controller, such as kube-controller-manager's job-controller)
+    /// changes: stop syncing that Job until it is left alone for 2
+    /// minutes, or continue. Either way it is logged, recorded as a Warning
+    /// event on the Job and exported as kcm_rs_conflicting_controller.
     #[arg(long, value_enum, default_value_t = OnConflict::Stop)]
     pub on_conflict: OnConflict,
 }

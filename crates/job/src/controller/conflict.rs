@@ -1,55 +1,138 @@
-//! The executor side of [`crate::conflict`]: log, Warning event and
-//! `kcm_rs_conflicting_controller` when another controller writes the Jobs
-//! this one leads; with `--on-conflict=stop` the sync is skipped and the Job
-//! looked at again later, so syncing resumes once the conflict clears.
+//! The executor side of [`crate::conflict`]: feeds the ledger the watch's
+//! Job updates and the controller's own status writes; for each foreign
+//! status change, an error log line and a Warning `ConflictingController`
+//! event on that Job naming the writer, and `kcm_rs_conflicting_controller`
+//! by writer. With `--on-conflict=stop` only that Job's syncs wait, looked
+//! at again every [`RECHECK`] until the contest expires.
 
+use std::collections::BTreeSet;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use prometheus::IntGauge;
+use kcm_runtime::informer::{object_key, parse_rv};
+use prometheus::{IntGaugeVec, Opts};
 
 use super::JobController;
 use super::port::JobPort;
-use crate::conflict::{Observed, WINDOW};
+use crate::conflict::{Foreign, Outcome, WINDOW, fingerprint, status_change};
 
-/// The event reason on a Job another controller writes.
+/// The event reason on a Job another writer changes.
 pub const REASON: &str = "ConflictingController";
-/// How often a Job is looked at again while syncs are stopped.
+/// How often a contested Job is looked at again while its syncs wait.
 const RECHECK: Duration = Duration::from_secs(15);
 
-/// `kcm_rs_conflicting_controller`: 1 while another controller writes Jobs
-/// this one leads (registered at start, so it reads 0 until then).
-pub fn gauge() -> &'static IntGauge {
-    static G: OnceLock<IntGauge> = OnceLock::new();
+/// `kcm_rs_conflicting_controller{writer}`: Jobs whose status that writer
+/// changed within the last two minutes (a series per writer seen).
+pub fn gauge() -> &'static IntGaugeVec {
+    static G: OnceLock<IntGaugeVec> = OnceLock::new();
     G.get_or_init(|| {
         kcm_runtime::metrics::register(
-            IntGauge::new(
-                "kcm_rs_conflicting_controller",
-                "1 while another controller (kube-controller-manager's job-controller) wrote \
-                 the status of a Job this Job controller leads within the last 2 minutes.",
+            IntGaugeVec::new(
+                Opts::new(
+                    "kcm_rs_conflicting_controller",
+                    "Jobs this Job controller syncs whose status another writer (a second Job \
+                     controller, such as kube-controller-manager's job-controller) changed \
+                     within the last 2 minutes, by the writer's field manager.",
+                ),
+                &["writer"],
             )
             .expect("constant metric definition is valid"),
         )
     })
 }
 
+/// How a status write ended, for the ledger: a definite refusal wrote
+/// nothing; no answer, or a server error, may have written it.
+pub fn outcome(result: &Result<Option<u64>, &kube::Error>, job: &Job) -> Outcome {
+    match result {
+        Ok(Some(rv)) => Outcome::Written(*rv),
+        Err(kube::Error::Api(s)) if s.code < 500 => Outcome::Refused,
+        Ok(None) | Err(_) => Outcome::Unknown {
+            print: fingerprint(job.status.as_ref()),
+        },
+    }
+}
+
 impl<P: JobPort> JobController<P> {
-    /// Whether the sync of `job` must be skipped: a conflict is live and
-    /// `--on-conflict=stop`.
-    pub(super) fn conflict_blocks(&self, key: &str, job: &Job) -> bool {
-        let now = self.clock.now();
-        if let Observed::New(w) = self.conflict.observe(key, job, now) {
-            let msg = format!(
-                "another controller ({}) updated this Job's status at {}: kube-controller-manager's \
-                 job-controller must be off (--controllers=...,-job-controller) while kcm-rs runs",
-                w.manager, w.at
-            );
-            tracing::error!(job = %key, manager = %w.manager, "another controller writes this Job: {msg}");
-            self.event(job, true, REASON, msg);
+    /// The watch's update of a Job: judge a status change we did not make.
+    pub(super) fn observe_job_update(&self, old: &Job, cur: &Job) {
+        if self.config.managed_elsewhere(cur).is_some() {
+            return;
         }
-        gauge().set(i64::from(self.conflict.active(now)));
-        let blocked = self.conflict.blocks(now);
+        let Some(change) = status_change(old, cur) else {
+            return;
+        };
+        let key = object_key(cur);
+        if let Some(f) = self.conflict.observe(&key, change, self.clock.instant()) {
+            self.report_conflict(cur, &key, &f);
+        }
+    }
+
+    /// Runs one status write of `job` (key `key`) through the ledger.
+    pub(super) async fn ledgered_status_write(
+        &self,
+        key: &str,
+        job: &Job,
+    ) -> Result<kcm_runtime::client::Written, kube::Error> {
+        self.conflict.begin(key);
+        let result = self.port.write_status(job).await;
+        let rv = result.as_ref().map(|w| {
+            w.metadata
+                .resource_version
+                .as_deref()
+                .and_then(parse_rv)
+        });
+        let outcome = outcome(&rv, job);
+        for f in self.conflict.end(key, outcome, self.clock.instant()) {
+            self.report_conflict(job, key, &f);
+        }
+        result
+    }
+
+    fn report_conflict(&self, job: &Job, key: &str, f: &Foreign) {
+        let msg = format!(
+            "another writer ({}) changed this Job's status (resourceVersion {}), which kcm-rs did \
+             not write: a second Job controller (kube-controller-manager's job-controller must be \
+             off: --controllers=...,-job-controller while kcm-rs runs){}",
+            f.writer,
+            f.rv,
+            if self.conflict.blocks(key, self.clock.instant()) {
+                "; kcm-rs stops syncing this Job until it is left alone for 2 minutes"
+            } else {
+                ""
+            }
+        );
+        tracing::error!(job = %key, writer = %f.writer, rv = f.rv, "another controller writes this Job: {msg}");
+        self.event(job, true, REASON, msg);
+        self.refresh_conflict_gauge();
+    }
+
+    /// Sets the gauge from the ledger (expired contests drop out).
+    pub(super) fn refresh_conflict_gauge(&self) {
+        static SHOWN: parking_lot::Mutex<BTreeSet<String>> =
+            parking_lot::Mutex::new(BTreeSet::new());
+        let by = self.conflict.by_writer(self.clock.instant());
+        let g = gauge();
+        let mut shown = SHOWN.lock();
+        shown.retain(|w| {
+            let keep = by.contains_key(w);
+            if !keep {
+                let _ = g.remove_label_values(&[w]);
+            }
+            keep
+        });
+        for (w, n) in by {
+            g.with_label_values(&[&w]).set(n);
+            shown.insert(w);
+        }
+    }
+
+    /// Whether the sync of `key` waits: its status was changed by another
+    /// writer within [`WINDOW`] and `--on-conflict=stop`.
+    pub(super) fn conflict_blocks(&self, key: &str) -> bool {
+        self.refresh_conflict_gauge();
+        let blocked = self.conflict.blocks(key, self.clock.instant());
         if blocked {
             self.queue.add_after(key.to_string(), RECHECK.min(WINDOW));
         }

@@ -253,6 +253,7 @@ impl<P: JobPort> JobController<P> {
     }
 
     fn update_job(&self, old: &Job, cur: &Job) {
+        self.observe_job_update(old, cur);
         if is_finished(cur) {
             self.enqueue_selector(cur);
             return;

@@ -109,7 +109,7 @@ impl<P: JobPort> JobController<P> {
             _ => return Ok(()),
         };
         // Another Job controller writing this Job: report, and maybe stop.
-        if self.conflict_blocks(key, &shared) {
+        if self.conflict_blocks(key) {
             return Ok(());
         }
         let mode = decide::mode(&shared);
@@ -192,9 +192,10 @@ impl<P: JobPort> JobController<P> {
         name: &str,
         ctx: &mut JobCtx,
     ) -> Result<(), kube::Error> {
-        let written = self.port.write_status(&ctx.job).await?;
+        let key = format!("{ns}/{name}");
+        let written = self.ledgered_status_write(&key, &ctx.job).await?;
         self.rw.on_write(
-            &format!("{ns}/{name}"),
+            &key,
             ctx.job.metadata.uid.as_deref().unwrap_or(""),
             Resource::Jobs,
             written.metadata.resource_version.as_deref(),
