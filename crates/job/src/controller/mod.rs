@@ -29,7 +29,7 @@ use kcm_runtime::host::Host;
 use kcm_runtime::informer::{
     BY_CONTROLLER_UID, BY_NAMESPACE, Informer, namespace_index, pod_controller_uid_index,
 };
-use kcm_runtime::workqueue::{RateLimit, WorkQueue};
+use kcm_runtime::workqueue::{RateLimit, WorkQueue, namespace_lane};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
@@ -90,6 +90,15 @@ pub enum OrphanKey {
     },
 }
 
+impl OrphanKey {
+    /// The namespace of the pods the key stands for (its fair-share lane).
+    pub fn namespace(&self) -> &str {
+        match self {
+            OrphanKey::Name { namespace, .. } | OrphanKey::Selector { namespace, .. } => namespace,
+        }
+    }
+}
+
 /// The controller; `P` performs its API writes and events.
 pub struct JobController<P = ApiPort> {
     pub port: P,
@@ -107,8 +116,8 @@ pub struct JobController<P = ApiPort> {
     pub rw: consistency::ReadYourWrites,
     /// The runtime's one clock: the `now` each sync decides with.
     pub clock: kcm_runtime::clock::Clock,
-    /// Our status writes and the foreign ones seen (`--on-conflict`).
-    pub conflict: crate::conflict::Ledger,
+    /// Jobs another controller writes (`--on-conflict`).
+    pub conflict: crate::conflict::Tracker,
     /// The Workload and PodGroup informers, with `WorkloadWithJob` on
     /// (1.37's v1beta1 ones, or 1.36's v1alpha2 ones; never both).
     pub scheduling: Option<scheduling::Scheduling>,
@@ -153,15 +162,17 @@ impl<P: JobPort> JobController<P> {
             port,
             jobs,
             pods,
-            queue: WorkQueue::new("job", rate),
-            orphan_queue: WorkQueue::new("job_orphan_pod", rate),
+            // Beyond upstream: namespaces take turns, so one namespace's
+            // burst of Jobs does not hold back another's (docs/fair-share.md).
+            queue: WorkQueue::fair("job", rate, namespace_lane::<String>),
+            orphan_queue: WorkQueue::fair("job_orphan_pod", rate, OrphanKey::namespace),
             expectations: ControllerExpectations::with_clock(clock.clone()),
             finalizer_expectations: UidTrackingExpectations::new(),
             finished_jobs: Mutex::default(),
             backoff: BackoffStore::new(),
             config,
             rw: consistency::ReadYourWrites::new(config.read_your_writes),
-            conflict: crate::conflict::Ledger::new(Default::default()),
+            conflict: crate::conflict::Tracker::new(Default::default(), clock.now()),
             scheduling: None,
             scheduling_v136: None,
             clock,
