@@ -116,8 +116,8 @@ pub struct JobController<P = ApiPort> {
     pub rw: consistency::ReadYourWrites,
     /// The runtime's one clock: the `now` each sync decides with.
     pub clock: kcm_runtime::clock::Clock,
-    /// Jobs another controller writes (`--on-conflict`).
-    pub conflict: crate::conflict::Tracker,
+    /// Our status writes and the foreign ones seen (`--on-conflict`).
+    pub conflict: crate::conflict::Ledger,
     /// The Workload and PodGroup informers, with `WorkloadWithJob` on
     /// (1.37's v1beta1 ones, or 1.36's v1alpha2 ones; never both).
     pub scheduling: Option<scheduling::Scheduling>,
@@ -172,7 +172,7 @@ impl<P: JobPort> JobController<P> {
             backoff: BackoffStore::new(),
             config,
             rw: consistency::ReadYourWrites::new(config.read_your_writes),
-            conflict: crate::conflict::Tracker::new(Default::default(), clock.now()),
+            conflict: crate::conflict::Ledger::new(Default::default()),
             scheduling: None,
             scheduling_v136: None,
             clock,
