@@ -151,19 +151,25 @@ pub fn stale_sync_skips() -> &'static IntCounterVec {
 /// under [`OTHER_CONTROLLER`]. `spec.managedBy` is user data: without a
 /// bound, anyone who may create Jobs could grow the metrics without end
 /// (upstream does not bound it; a deliberate deviation). A value holds its
-/// slot only while a Job with it exists, so nobody can squat the slots by
-/// creating and deleting Jobs with ever new values.
+/// slot while a Job with it exists, and the namespace whose Job first
+/// claimed it holds the slot: one namespace holds at most
+/// [`MAX_EXTERNAL_CONTROLLERS_PER_NAMESPACE`], so filling every slot takes
+/// Jobs kept in 8 namespaces, and slots come free when their Jobs go.
 pub const MAX_EXTERNAL_CONTROLLERS: usize = 32;
+pub const MAX_EXTERNAL_CONTROLLERS_PER_NAMESPACE: usize = 4;
 pub const OTHER_CONTROLLER: &str = "other";
 
 /// Which existing Jobs carry each `managedBy` value, and which values hold
-/// a label slot.
+/// a label slot (and for which namespace).
 #[derive(Default)]
 struct ExternalControllers {
     /// Value -> the Jobs (by uid) that exist with it. Keyed by uid so a
     /// handler seeing the same Job twice counts it once.
     jobs: std::collections::HashMap<String, std::collections::HashSet<String>>,
-    slotted: std::collections::HashSet<String>,
+    /// Value -> the namespace that claimed its slot.
+    slotted: std::collections::HashMap<String, String>,
+    /// Namespace -> slots it holds.
+    held: std::collections::HashMap<String, usize>,
 }
 
 fn external_controllers() -> &'static parking_lot::Mutex<ExternalControllers> {
@@ -171,19 +177,24 @@ fn external_controllers() -> &'static parking_lot::Mutex<ExternalControllers> {
     S.get_or_init(Default::default)
 }
 
-/// The `controller_name` label value for a Job `job_uid` managed by
-/// `managed_by`, which now counts as existing.
-pub fn external_controller_label(managed_by: &str, job_uid: &str) -> String {
+/// The `controller_name` label value for a Job `job_uid` in `namespace`
+/// managed by `managed_by`, which now counts as existing.
+pub fn external_controller_label(managed_by: &str, namespace: &str, job_uid: &str) -> String {
     let mut s = external_controllers().lock();
     s.jobs
         .entry(managed_by.to_string())
         .or_default()
         .insert(job_uid.to_string());
-    if s.slotted.contains(managed_by) {
+    if s.slotted.contains_key(managed_by) {
         return managed_by.to_string();
     }
-    if s.slotted.len() < MAX_EXTERNAL_CONTROLLERS {
-        s.slotted.insert(managed_by.to_string());
+    let held = s.held.get(namespace).copied().unwrap_or(0);
+    if s.slotted.len() < MAX_EXTERNAL_CONTROLLERS
+        && held < MAX_EXTERNAL_CONTROLLERS_PER_NAMESPACE
+    {
+        s.slotted
+            .insert(managed_by.to_string(), namespace.to_string());
+        *s.held.entry(namespace.to_string()).or_default() += 1;
         return managed_by.to_string();
     }
     OTHER_CONTROLLER.to_string()
@@ -201,7 +212,13 @@ pub fn forget_external_controller(managed_by: &str, job_uid: &str) {
         return;
     }
     s.jobs.remove(managed_by);
-    if s.slotted.remove(managed_by) {
+    if let Some(ns) = s.slotted.remove(managed_by) {
+        if let Some(n) = s.held.get_mut(&ns) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                s.held.remove(&ns);
+            }
+        }
         let _ = metrics()
             .jobs_by_external_controller
             .remove_label_values(&[managed_by]);
@@ -235,35 +252,52 @@ mod tests {
     use super::*;
 
     #[test]
-    fn external_controller_labels_are_bounded_and_freed_with_their_jobs() {
-        let label =
-            |i: usize| external_controller_label(&format!("example.com/c{i}"), &format!("uid{i}"));
+    fn external_controller_labels_are_bounded_per_namespace_and_freed_with_their_jobs() {
+        // Namespace n{i / 4}: four values each, so 32 slots take 8 namespaces.
+        let label = |i: usize| {
+            external_controller_label(
+                &format!("example.com/c{i}"),
+                &format!("n{}", i / 4),
+                &format!("uid{i}"),
+            )
+        };
+        // One tenant namespace with 100 values holds 4 slots, not all.
+        let squat: std::collections::HashSet<String> = (0..100)
+            .map(|i| {
+                external_controller_label(&format!("squat.io/c{i}"), "tenant", &format!("s{i}"))
+            })
+            .collect();
+        assert_eq!(squat.len(), MAX_EXTERNAL_CONTROLLERS_PER_NAMESPACE + 1);
         let labels: std::collections::HashSet<String> = (0..200).map(label).collect();
-        assert!(
-            labels.len() <= MAX_EXTERNAL_CONTROLLERS + 1,
-            "{}",
-            labels.len()
-        );
+        assert_eq!(labels.len(), MAX_EXTERNAL_CONTROLLERS - 4 + 1, "{labels:?}");
         assert!(labels.contains(OTHER_CONTROLLER));
-        // A value with a slot keeps its own label, for a second Job too.
-        let first = external_controller_label("example.com/c0", "uid0-b");
-        assert_eq!(first, "example.com/c0");
-        assert_eq!(label(150), OTHER_CONTROLLER);
-        // Deleting every Job with a value frees its slot for a new value;
-        // a value whose Jobs are not all gone keeps it.
+        // A value with a slot keeps its own label, for a second Job too,
+        // from any namespace.
+        assert_eq!(
+            external_controller_label("example.com/c0", "elsewhere", "uid0-b"),
+            "example.com/c0"
+        );
+        // Deleting every Job with a value frees its slot (and its
+        // namespace's share) for a new value; a value whose Jobs are not
+        // all gone keeps it.
         forget_external_controller("example.com/c0", "uid0");
-        assert_eq!(label(199), OTHER_CONTROLLER);
+        assert_eq!(label(150), OTHER_CONTROLLER);
         forget_external_controller("example.com/c0", "uid0-b");
         forget_external_controller("example.com/c0", "uid0-b");
-        assert_eq!(label(150), "example.com/c150");
+        assert_eq!(
+            external_controller_label("example.com/new", "n0", "uid-new"),
+            "example.com/new"
+        );
         assert_eq!(label(151), OTHER_CONTROLLER);
-        // Jobs counted under `other` free nothing.
-        forget_external_controller("example.com/c151", "uid151");
-        assert_eq!(label(152), OTHER_CONTROLLER);
+        for i in 0..100 {
+            forget_external_controller(&format!("squat.io/c{i}"), &format!("s{i}"));
+        }
         for i in 0..200 {
             forget_external_controller(&format!("example.com/c{i}"), &format!("uid{i}"));
         }
-        assert_eq!(external_controllers().lock().slotted.len(), 0);
+        forget_external_controller("example.com/new", "uid-new");
+        let s = external_controllers().lock();
+        assert!(s.slotted.is_empty() && s.held.is_empty() && s.jobs.is_empty());
     }
 
     #[test]

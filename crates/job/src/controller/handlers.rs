@@ -246,6 +246,7 @@ impl<P: JobPort> JobController<P> {
                 .jobs_by_external_controller
                 .with_label_values(&[crate::metrics::external_controller_label(
                     name,
+                    job.metadata.namespace.as_deref().unwrap_or_default(),
                     job.metadata.uid.as_deref().unwrap_or_default(),
                 )])
                 .inc();
