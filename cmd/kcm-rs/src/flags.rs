@@ -175,18 +175,35 @@ pub struct Flags {
     pub authorization_always_allow_paths: Vec<String>,
 
     /// Give each controller its own ServiceAccount token (TokenRequest
-    /// API, `kube-system/<prefix><controller client name>`), as KCM's flag.
+    /// API, `<namespace>/<prefix><controller client name>`), as KCM's flag.
+    /// In a pod (`POD_NAME`, `POD_UID`), the tokens are bound to a Secret
+    /// the pod owns, so they die with it.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set,
         num_args = 0..=1, require_equals = true, default_missing_value = "true",
         value_parser = parse_go_bool)]
     pub use_service_account_credentials: bool,
 
-    /// Prefix of the controllers' ServiceAccount names in kube-system
+    /// Prefix of the controllers' ServiceAccount names
     /// (`<prefix><controller client name>`, e.g. `kcm-rs-job-controller`).
     /// Not KCM's names: kube-apiserver binds those to its broad bootstrap
-    /// roles on every start. An empty prefix uses KCM's names.
+    /// roles on every start. An empty prefix in kube-system (KCM's own
+    /// accounts) is refused unless --allow-kcm-service-accounts.
     #[arg(long, default_value = "kcm-rs-")]
     pub controller_service_account_prefix: String,
+
+    /// Namespace of the controllers' ServiceAccounts. Unset: the pod's own
+    /// namespace in a pod (POD_NAMESPACE, else the in-cluster namespace
+    /// file), kube-system (KCM's) elsewhere.
+    #[arg(long)]
+    pub controller_service_account_namespace: Option<String>,
+
+    /// Accept an empty --controller-service-account-prefix in kube-system:
+    /// the controllers then act as KCM's own accounts, with the rights of
+    /// upstream's system:controller:* roles (wider than kcm-rs's roles).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set,
+        num_args = 0..=1, require_equals = true, default_missing_value = "true",
+        value_parser = parse_go_bool)]
+    pub allow_kcm_service_accounts: bool,
 
     /// Renew controller tokens this often instead of at 80 % of their
     /// lifetime. For tests.

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use kcm_features::{Emulation, FeatureGates};
-use kcm_runtime::client::{ClientOptions, Fence, build_client};
+use kcm_runtime::client::{ClientOptions, Fence, build_client, identity};
 use kcm_runtime::controller::{self, ControllerContext, ControllerSpec};
 use kcm_runtime::leader::{LeaderElectionConfig, LeaderElector};
 use tokio_util::sync::CancellationToken;
@@ -173,10 +173,51 @@ async fn delegated_auth(flags: &Flags) -> Result<kcm_serving::Delegate, Failure>
     ))
 }
 
+/// Where the controllers' ServiceAccounts are, and the pod kcm-rs runs in.
+struct ControllerAccounts {
+    namespace: String,
+    pod: identity::InPod,
+}
+
+/// The accounts' namespace, logged with where it came from; an empty
+/// prefix in kube-system (KCM's own accounts, which kube-apiserver binds to
+/// its broad bootstrap roles on every start) is refused without
+/// --allow-kcm-service-accounts: an empty Helm value or shell variable would
+/// otherwise widen every controller's rights without a word.
+fn controller_accounts(flags: &Flags) -> Result<ControllerAccounts, String> {
+    let pod = identity::InPod::from_env();
+    let flag = flags.controller_service_account_namespace.as_deref();
+    let (namespace, from) = identity::accounts_namespace(flag, &pod);
+    if !flags.use_service_account_credentials {
+        return Ok(ControllerAccounts { namespace, pod });
+    }
+    let kcm_names =
+        flags.controller_service_account_prefix.is_empty() && namespace == identity::KCM_NAMESPACE;
+    if kcm_names && !flags.allow_kcm_service_accounts {
+        return Err(format!(
+            "--controller-service-account-prefix is empty: the controllers would act as \
+             kube-controller-manager's own ServiceAccounts in {namespace} (job-controller, ...), \
+             which kube-apiserver binds to the broad system:controller:* roles; set a prefix \
+             (default kcm-rs-, the accounts of manifests/base/rbac.yaml), or pass \
+             --allow-kcm-service-accounts to mean it"
+        ));
+    }
+    if kcm_names {
+        tracing::warn!(
+            %namespace,
+            "the controllers act as kube-controller-manager's own ServiceAccounts, with the rights \
+             of upstream's system:controller:* roles (--allow-kcm-service-accounts)"
+        );
+    }
+    tracing::info!(%namespace, from, prefix = %flags.controller_service_account_prefix, "controller ServiceAccounts");
+    Ok(ControllerAccounts { namespace, pod })
+}
+
 async fn run(
     flags: Flags,
     gates: FeatureGates,
     selected: Vec<&'static ControllerSpec>,
+    accounts: ControllerAccounts,
 ) -> Result<(), Failure> {
     let config = kube_config(&flags).await?;
     let url = config.cluster_url.to_string();
@@ -251,9 +292,14 @@ async fn run(
     // Identities first: a process whose tokens do not work must never hold
     // the Lease (a standby keeps renewing its tokens while it waits).
     let identities = if flags.use_service_account_credentials {
+        let accounts = startup::Accounts {
+            prefix: &flags.controller_service_account_prefix,
+            namespace: &accounts.namespace,
+            pod: &accounts.pod,
+        };
         startup::controller_identities(
             &config,
-            &flags.controller_service_account_prefix,
+            &accounts,
             &selected,
             flags.service_account_token_renewal,
             &stop,
@@ -401,6 +447,10 @@ fn main() -> ExitCode {
             flags.leader_elect_resource_lock
         ));
     }
+    let accounts = match controller_accounts(&flags) {
+        Ok(a) => a,
+        Err(e) => return user_error(e),
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -408,7 +458,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result = runtime.block_on(run(flags, gates, selected));
+    let result = runtime.block_on(run(flags, gates, selected, accounts));
     // Do not wait for detached tasks (watches, the signal handler).
     runtime.shutdown_timeout(Duration::from_secs(1));
     match result {

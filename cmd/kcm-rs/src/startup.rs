@@ -1,7 +1,8 @@
 //! The start-up steps that talk to the API server before any controller
 //! runs, in order: the version probe, then (with
-//! `--use-service-account-credentials`) one token per controller, each
-//! checked with a SelfSubjectReview. All of it happens before the Lease is
+//! `--use-service-account-credentials`) the Secret the tokens are bound to
+//! (in a pod) and one token per controller, each checked with a
+//! SelfSubjectReview. All of it happens before the Lease is
 //! sought, so a process whose identities are broken never holds the Lease.
 //!
 //! Every step retries transient failures (no connection, 429, 5xx) with
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use kcm_runtime::client::identity::{self, IdentityError, TokenSource};
+use kcm_runtime::client::identity::{self, BoundObject, IdentityError, InPod, TokenSource};
 use kcm_runtime::client::{ClientOptions, build_client, build_client_as};
 use kcm_runtime::controller::ControllerSpec;
 use kube::Api;
@@ -129,11 +130,6 @@ pub async fn server_version(
     .await
 }
 
-/// The user name a ServiceAccount's tokens authenticate as.
-fn service_account_user(account: &str) -> String {
-    format!("system:serviceaccount:{}:{account}", identity::NAMESPACE)
-}
-
 /// Asks the API server who `token` is. 403 means it authenticated but this
 /// cluster's policy does not let it ask (the bootstrap `system:basic-user`
 /// role normally does): accepted with a warning, since a bad token gets 401.
@@ -150,7 +146,7 @@ async fn check_token(
     )
     .map_err(|e| StartError::Permanent(e.to_string()))?;
     let api: Api<SelfSubjectReview> = Api::all(client);
-    let expected = service_account_user(&account);
+    let expected = token.user();
     let who = with_retries(
         &format!("SelfSubjectReview as {expected}"),
         stop,
@@ -187,11 +183,59 @@ async fn check_token(
     }
 }
 
+/// Where the controllers' ServiceAccounts are and what their tokens are
+/// bound to.
+pub struct Accounts<'a> {
+    /// `<prefix><controller client name>` is each controller's account.
+    pub prefix: &'a str,
+    pub namespace: &'a str,
+    /// The pod kcm-rs runs in: its tokens are bound to a Secret the pod owns.
+    pub pod: &'a InPod,
+}
+
+/// The Secret the tokens are bound to: made in a pod whose namespace is the
+/// accounts' (an owner reference cannot cross namespaces); `None` outside a
+/// pod, with a warning when the namespaces differ.
+async fn anchor(
+    client: &kube::Client,
+    accounts: &Accounts<'_>,
+    stop: &CancellationToken,
+) -> Result<Option<BoundObject>, StartError> {
+    let Some(pod) = accounts.pod.pod() else {
+        tracing::info!("not in a pod (no POD_NAME and POD_UID): controller tokens are not bound");
+        return Ok(None);
+    };
+    let ns = accounts.namespace;
+    if accounts.pod.namespace.as_deref() != Some(ns) {
+        tracing::warn!(
+            pod_namespace = accounts.pod.namespace.as_deref().unwrap_or(""),
+            accounts_namespace = ns,
+            "the controllers' ServiceAccounts are not in the pod's namespace: their tokens are \
+             not bound to the pod and stay valid up to 10 minutes after it is gone"
+        );
+        return Ok(None);
+    }
+    let name = identity::anchor_name(pod.0);
+    let bound = with_retries(
+        &format!("creating Secret {ns}/{name}"),
+        stop,
+        RETRY_BOUND,
+        || async {
+            identity::token_anchor(client, ns, pod)
+                .await
+                .map_err(Attempt::from)
+        },
+    )
+    .await?;
+    tracing::info!(secret = %name, pod = pod.0, "controller tokens bound to a Secret the pod owns");
+    Ok(Some(bound))
+}
+
 /// `--use-service-account-credentials`: a renewed, checked token per
-/// selected controller (`prefix` + the controller's client name).
+/// selected controller, bound to the pod's Secret in a pod.
 pub async fn controller_identities(
     config: &kube::Config,
-    prefix: &str,
+    accounts: &Accounts<'_>,
     selected: &[&'static ControllerSpec],
     renewal: Option<Duration>,
     stop: &CancellationToken,
@@ -201,20 +245,21 @@ pub async fn controller_identities(
         &ClientOptions::for_component("token-requests"),
     )
     .map_err(|e| StartError::Permanent(e.to_string()))?;
+    let bound = anchor(&client, accounts, stop).await?;
+    let ns = accounts.namespace;
     let mut map = HashMap::new();
     for spec in selected {
-        let account = format!("{prefix}{}", spec.client_name);
-        // Not bound to the pod: the API server refuses to bind a token to a
-        // pod running as another ServiceAccount (kcm-rs's pod runs as kcm-rs).
+        let account = format!("{}{}", accounts.prefix, spec.client_name);
         let token = with_retries(
-            &format!("TokenRequest for {}/{account}", identity::NAMESPACE),
+            &format!("TokenRequest for {ns}/{account}"),
             stop,
             RETRY_BOUND,
             || async {
                 identity::service_account_token(
                     client.clone(),
+                    ns,
                     &account,
-                    None,
+                    bound.clone(),
                     stop.child_token(),
                     renewal,
                 )
@@ -224,7 +269,7 @@ pub async fn controller_identities(
         )
         .await?;
         check_token(config, &token, stop).await?;
-        tracing::info!(controller = spec.name, service_account = %account, "using its own identity");
+        tracing::info!(controller = spec.name, service_account = %token.user(), "using its own identity");
         map.insert(spec.client_name.to_string(), token);
     }
     Ok(Arc::new(map))
@@ -232,11 +277,10 @@ pub async fn controller_identities(
 
 impl From<IdentityError> for Attempt {
     fn from(e: IdentityError) -> Self {
-        match &e {
-            IdentityError::Refused { source, .. } if transient(source) => {
-                Attempt::Transient(e.to_string())
-            }
-            _ => Attempt::Permanent(e.to_string()),
+        if e.api_error().is_some_and(transient) {
+            Attempt::Transient(e.to_string())
+        } else {
+            Attempt::Permanent(e.to_string())
         }
     }
 }

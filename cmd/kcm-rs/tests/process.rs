@@ -207,6 +207,63 @@ fn bad_security_input_is_a_clear_error_with_exit_code_2() {
     );
 }
 
+/// The controllers' accounts: an empty prefix in kube-system (KCM's own
+/// accounts, which kube-apiserver binds to its broad bootstrap roles) is
+/// refused before anything is asked of the API server, unless opted in; the
+/// namespace follows POD_NAMESPACE (the Deployment's downward API), then
+/// the flag.
+#[test]
+fn the_accounts_namespace_follows_the_pod_and_kcm_names_need_an_opt_in() {
+    let kc = format!("--kubeconfig={}", shared().kubeconfig().display());
+    let run = |extra: &[&str], pod_ns: Option<&str>| {
+        let mut cmd = Command::new(BIN);
+        cmd.args([&kc, "--secure-port=0", "--leader-elect=false"])
+            .args([
+                "--controllers=job-controller",
+                "--use-service-account-credentials",
+            ])
+            .args(extra)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("POD_NAME")
+            .env_remove("POD_UID")
+            .env_remove("POD_NAMESPACE")
+            .stdin(Stdio::null());
+        if let Some(ns) = pod_ns {
+            cmd.env("POD_NAMESPACE", ns);
+        }
+        cmd.output().expect("run kcm-rs")
+    };
+    let empty = "--controller-service-account-prefix=";
+    let out = run(&[empty], None);
+    assert_user_error(&out, "--controller-service-account-prefix is empty");
+    assert_user_error(&out, "--allow-kcm-service-accounts");
+    let out = run(&[empty], Some("kube-system"));
+    assert_user_error(&out, "--controller-service-account-prefix is empty");
+    // Opted in, or in another namespace: the check passes, and the
+    // TokenRequest is what fails (no such account on this control plane).
+    let out = run(&[empty, "--allow-kcm-service-accounts"], None);
+    assert_user_error(
+        &out,
+        "TokenRequest for ServiceAccount kube-system/job-controller refused",
+    );
+    let out = run(&[empty], Some("kcm-rs-nowhere"));
+    assert_user_error(
+        &out,
+        "TokenRequest for ServiceAccount kcm-rs-nowhere/job-controller refused",
+    );
+    let out = run(&[], Some("kcm-rs-nowhere"));
+    assert_user_error(
+        &out,
+        "TokenRequest for ServiceAccount kcm-rs-nowhere/kcm-rs-job-controller refused",
+    );
+    let flag = "--controller-service-account-namespace=elsewhere";
+    let out = run(&[flag], Some("kcm-rs-nowhere"));
+    assert_user_error(
+        &out,
+        "TokenRequest for ServiceAccount elsewhere/kcm-rs-job-controller refused",
+    );
+}
+
 fn tempfile_with(content: &str) -> std::path::PathBuf {
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
