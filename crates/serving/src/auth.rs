@@ -14,9 +14,11 @@
 //! never cached. Allowed and denied answers are kept apart, so a flood of
 //! bogus tokens cannot evict good ones. A TokenReview that fails denies
 //! (401), never allows. Reviews are bounded and merged (`review.rs`); when
-//! none can be made in time the answer is 429.
+//! none can be made in time the answer is 429. What was authorized before
+//! (`known.rs`) is reviewed in a lane of its own.
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
@@ -29,7 +31,8 @@ use parking_lot::Mutex;
 use prometheus::IntCounterVec;
 use sha2::{Digest, Sha256};
 
-use crate::review::{Flights, Gate};
+use crate::known::Known;
+use crate::review::{Flights, Gate, Lane};
 
 /// KCM's `--authentication-token-webhook-cache-ttl` and authorization
 /// cache TTLs (allowed and denied alike).
@@ -37,10 +40,6 @@ pub const CACHE_TTL: Duration = Duration::from_secs(10);
 /// Entries a cache holds at most; a full cache drops expired entries, then
 /// everything (a flood of distinct tokens cannot grow memory).
 const CACHE_MAX: usize = 4096;
-/// How long a token or decision that once passed keeps the reserved
-/// review slots (`review::Gate`): a scraper whose answer expired is asked
-/// again ahead of a flood of unknown tokens.
-const KNOWN_TTL: Duration = Duration::from_secs(3600);
 /// The group that is always authorized.
 pub const MASTERS: &str = "system:masters";
 
@@ -66,6 +65,17 @@ impl User {
         }
         self
     }
+}
+
+/// Where a request comes from, for the review gate (`review.rs`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Origin {
+    /// The client's address: unknown reviews are bounded per source.
+    pub source: Option<IpAddr>,
+    /// A request on this connection was authorized before: its reviews
+    /// take the known lane (a scraper's keep-alive connection whose token
+    /// was rotated).
+    pub trusted: bool,
 }
 
 /// The outcome of authentication.
@@ -98,12 +108,8 @@ struct Ttl<V> {
 
 impl<V: Clone> Ttl<V> {
     fn new() -> Self {
-        Self::with_ttl(CACHE_TTL)
-    }
-
-    fn with_ttl(ttl: Duration) -> Self {
         Ttl {
-            ttl,
+            ttl: CACHE_TTL,
             entries: Mutex::new(HashMap::new()),
         }
     }
@@ -178,8 +184,8 @@ pub struct Delegate {
     bad_tokens: Ttl<String>,
     allowed: Ttl<()>,
     denied: Ttl<String>,
-    /// Keys of tokens and decisions that passed within [`KNOWN_TTL`].
-    known: Ttl<()>,
+    /// Keys of tokens and decisions authorized before.
+    known: Known,
     token_flights: Flights<Authn>,
     decision_flights: Flights<Authz>,
     gate: Gate,
@@ -217,7 +223,7 @@ impl Delegate {
             bad_tokens: Ttl::new(),
             allowed: Ttl::new(),
             denied: Ttl::new(),
-            known: Ttl::with_ttl(KNOWN_TTL),
+            known: Known::default(),
             token_flights: Flights::default(),
             decision_flights: Flights::default(),
             gate: Gate::default(),
@@ -265,6 +271,17 @@ impl Delegate {
     /// Who the caller is: the verified client certificate's subject wins
     /// over a bearer token.
     pub async fn authenticate(&self, cert_user: Option<&User>, bearer: Option<&str>) -> Authn {
+        self.authenticate_from(cert_user, bearer, Origin::default())
+            .await
+    }
+
+    /// [`Delegate::authenticate`] for a request from `origin`.
+    pub async fn authenticate_from(
+        &self,
+        cert_user: Option<&User>,
+        bearer: Option<&str>,
+        origin: Origin,
+    ) -> Authn {
         if let Some(u) = cert_user {
             return Authn::User(u.clone().authenticated());
         }
@@ -279,8 +296,44 @@ impl Delegate {
             return hit;
         }
         self.token_flights
-            .run(&key, || self.review_token(client, &key, token))
+            .run(&key, || self.review_token(client, &key, token, origin))
             .await
+    }
+
+    /// Would authenticating `bearer` wait for a review in the unknown lane
+    /// (no cached answer, never authorized)?
+    pub fn token_unknown(&self, bearer: &str) -> bool {
+        let key = key_of([bearer]);
+        self.authn_client.is_some()
+            && self.cached_token(&key).is_none()
+            && !self.known.contains(&key)
+    }
+
+    /// Would authorizing wait for a review in the unknown lane?
+    pub fn decision_unknown(&self, user: &User, verb: &str, path: &str) -> bool {
+        if user.groups.iter().any(|g| g == MASTERS) || self.authz_client.is_none() {
+            return false;
+        }
+        let key = decision_key(user, verb, path);
+        self.cached_decision(&key).is_none() && !self.known.contains(&key)
+    }
+
+    /// `user` was just authorized to `verb` `path` (with `bearer`, when the
+    /// token authenticated them): both take the known lane from now on.
+    pub fn remember(&self, bearer: Option<&str>, user: &User, verb: &str, path: &str) {
+        if let Some(token) = bearer {
+            self.known.admit(&key_of([token]), &user.name);
+        }
+        self.known
+            .admit(&decision_key(user, verb, path), &user.name);
+    }
+
+    fn lane(&self, key: &str, origin: Origin) -> Lane {
+        if origin.trusted || self.known.contains(key) {
+            Lane::Known
+        } else {
+            Lane::Unknown(origin.source)
+        }
     }
 
     fn cached_token(&self, key: &str) -> Option<Authn> {
@@ -290,13 +343,18 @@ impl Delegate {
         self.bad_tokens.get(key).map(Authn::Denied)
     }
 
-    async fn review_token(&self, client: &kube::Client, key: &str, token: &str) -> Authn {
+    async fn review_token(
+        &self,
+        client: &kube::Client,
+        key: &str,
+        token: &str,
+        origin: Origin,
+    ) -> Authn {
         // Another flight may have answered since the first look.
         if let Some(hit) = self.cached_token(key) {
             return hit;
         }
-        let known = self.known.get(key).is_some();
-        let Some(_slot) = self.gate.enter(known).await else {
+        let Some(_slot) = self.gate.enter(self.lane(key, origin)).await else {
             return Authn::Overloaded;
         };
         let review = TokenReview {
@@ -320,8 +378,8 @@ impl Delegate {
                     extra: u.extra.unwrap_or_default(),
                 }
                 .authenticated();
+                // Not known yet: only an authorization makes it so.
                 self.users.put(key.to_string(), user.clone());
-                self.known.put(key.to_string(), ());
                 Authn::User(user)
             }
             _ => {
@@ -336,6 +394,18 @@ impl Delegate {
 
     /// May `user` do `verb` on `path`?
     pub async fn authorize(&self, user: &User, verb: &str, path: &str) -> Authz {
+        self.authorize_from(user, verb, path, Origin::default())
+            .await
+    }
+
+    /// [`Delegate::authorize`] for a request from `origin`.
+    pub async fn authorize_from(
+        &self,
+        user: &User,
+        verb: &str,
+        path: &str,
+        origin: Origin,
+    ) -> Authz {
         if user.groups.iter().any(|g| g == MASTERS) {
             return Authz::Allowed;
         }
@@ -347,7 +417,9 @@ impl Delegate {
             return hit;
         }
         self.decision_flights
-            .run(&key, || self.review_access(client, &key, user, verb, path))
+            .run(&key, || {
+                self.review_access(client, &key, user, (verb, path), origin)
+            })
             .await
     }
 
@@ -363,14 +435,13 @@ impl Delegate {
         client: &kube::Client,
         key: &str,
         user: &User,
-        verb: &str,
-        path: &str,
+        (verb, path): (&str, &str),
+        origin: Origin,
     ) -> Authz {
         if let Some(hit) = self.cached_decision(key) {
             return hit;
         }
-        let known = self.known.get(key).is_some();
-        let Some(_slot) = self.gate.enter(known).await else {
+        let Some(_slot) = self.gate.enter(self.lane(key, origin)).await else {
             return Authz::Overloaded;
         };
         let review = SubjectAccessReview {
@@ -393,7 +464,6 @@ impl Delegate {
         };
         if status.allowed && status.denied != Some(true) {
             self.allowed.put(key.to_string(), ());
-            self.known.put(key.to_string(), ());
             return Authz::Allowed;
         }
         let why = status

@@ -9,16 +9,28 @@
 //! handshake has 10 s (Go: the header timeout, 32 s; stricter on purpose).
 //!
 //! At most [`MAX_CONNECTIONS`] are open. When full, a new connection closes
-//! the oldest one that was read and had sent nothing (half-open), else the
-//! oldest one not inside a request (handshaking, sending headers, idle), so a
-//! crowd of half-open or idle connections cannot keep a scraper out; only
-//! when every one is inside a request is the new one refused.
+//! another, the first of these kinds that has one, oldest first:
+//! 1. half-open (read, and it had sent nothing);
+//! 2. every request in flight waits for a review of a credential never
+//!    authorized (a random token: `auth.rs`), on a connection that never
+//!    had a request authorized;
+//! 3. between requests, after a refusal (401, 403, 429, 413...), never
+//!    authorized;
+//! 4. lingering: answered and closing, its input being discarded;
+//! 5. handshaking, sending headers or idle, never authorized;
+//! 6. between requests, once authorized (a scraper's keep-alive).
+//!
+//! A connection inside any other request (answered, or waiting on a review
+//! of what was authorized before) is never closed, so a crowd of
+//! connections sending random tokens (which wait on reviews) cannot keep an
+//! authorized scraper out; only when every one is inside such a request is
+//! the new one refused.
 
 use std::collections::BTreeMap;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -37,6 +49,7 @@ const HANDSHAKE: u8 = 0;
 const IDLE: u8 = 1;
 const HEADERS: u8 = 2;
 const BUSY: u8 = 3;
+const LINGER: u8 = 4;
 
 /// One connection's phase, shared by its reader, its service and its
 /// watchdog.
@@ -45,12 +58,18 @@ pub struct ConnState {
     /// When the phase began, in ms since `epoch`.
     since_ms: AtomicU64,
     in_flight: AtomicUsize,
-    h2: std::sync::atomic::AtomicBool,
+    /// Requests in flight that wait for a review of an unknown credential.
+    unknown: AtomicUsize,
+    /// A request on it was authorized.
+    trusted: AtomicBool,
+    /// A request on it was refused (and none authorized).
+    refused: AtomicBool,
+    h2: AtomicBool,
     /// Any byte arrived (a half-open connection has sent none).
-    received: std::sync::atomic::AtomicBool,
+    received: AtomicBool,
     /// The socket was read at all: only then does "nothing received" mean
     /// half-open (a task not yet run under load has simply not looked).
-    polled: std::sync::atomic::AtomicBool,
+    polled: AtomicBool,
     epoch: Instant,
     /// Cancelled when the connection is evicted.
     pub evicted: CancellationToken,
@@ -62,6 +81,9 @@ impl ConnState {
             phase: AtomicU8::new(HANDSHAKE),
             since_ms: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            unknown: AtomicUsize::new(0),
+            trusted: false.into(),
+            refused: false.into(),
             h2: false.into(),
             received: false.into(),
             polled: false.into(),
@@ -98,11 +120,58 @@ impl ConnState {
         Busy(Arc::clone(self))
     }
 
-    fn evictable(&self) -> bool {
-        self.phase.load(Ordering::Relaxed) != BUSY
+    /// The request that called this waits for a review of a credential
+    /// never authorized, until the guard drops.
+    pub fn waiting_unknown(self: &Arc<Self>) -> UnknownWait {
+        self.unknown.fetch_add(1, Ordering::Relaxed);
+        UnknownWait(Arc::clone(self))
     }
 
-    /// When the current phase times out (`None`: inside a request).
+    /// A request on this connection was authorized.
+    pub fn trust(&self) {
+        self.trusted.store(true, Ordering::Relaxed);
+    }
+
+    pub fn trusted(&self) -> bool {
+        self.trusted.load(Ordering::Relaxed)
+    }
+
+    /// A request on this connection was refused.
+    pub fn refuse(&self) {
+        self.refused.store(true, Ordering::Relaxed);
+    }
+
+    /// Answered: the input is being discarded before the close.
+    pub fn linger(&self) {
+        self.set(LINGER);
+    }
+
+    /// Which kind of connection is closed first when full (lower first;
+    /// `None`: never), as the module note lists them.
+    fn rank(&self) -> Option<u8> {
+        let phase = self.phase.load(Ordering::Relaxed);
+        let trusted = self.trusted.load(Ordering::Relaxed);
+        if self.polled.load(Ordering::Relaxed) && !self.received.load(Ordering::Relaxed) {
+            return Some(1);
+        }
+        match phase {
+            LINGER => Some(4),
+            // Read `unknown` first: a request that begins waiting counts
+            // itself in `in_flight` before `unknown`, and stops in the other
+            // order, so a race reads "not evictable".
+            BUSY => {
+                let unknown = self.unknown.load(Ordering::Relaxed);
+                let in_flight = self.in_flight.load(Ordering::Relaxed);
+                (!trusted && unknown > 0 && unknown >= in_flight).then_some(2)
+            }
+            _ if trusted => Some(6),
+            _ if self.refused.load(Ordering::Relaxed) => Some(3),
+            _ => Some(5),
+        }
+    }
+
+    /// When the current phase times out (`None`: inside a request, or
+    /// lingering, which bounds itself).
     pub fn deadline(&self) -> Option<Instant> {
         let limit = match self.phase.load(Ordering::Relaxed) {
             HANDSHAKE => HANDSHAKE_TIMEOUT,
@@ -112,6 +181,15 @@ impl ConnState {
         };
         let since = Duration::from_millis(self.since_ms.load(Ordering::Relaxed));
         Some(self.epoch + since + limit)
+    }
+}
+
+/// Marks a request waiting on an unknown credential's review.
+pub struct UnknownWait(Arc<ConnState>);
+
+impl Drop for UnknownWait {
+    fn drop(&mut self) {
+        self.0.unknown.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -192,20 +270,25 @@ impl Tracker {
         })
     }
 
-    /// A slot for a new connection, closing the oldest one outside a
-    /// request when full; `None` when every connection is inside one.
+    /// A slot for a new connection, closing another when full (the first
+    /// kind in the module note's order, oldest first); `None` when none may
+    /// be closed.
     pub fn admit(self: &Arc<Self>) -> Option<Slot> {
         let mut conns = self.conns.lock();
         if conns.len() >= self.max {
-            let silent = |s: &ConnState| {
-                s.polled.load(Ordering::Relaxed) && !s.received.load(Ordering::Relaxed)
-            };
-            let oldest = conns
-                .iter()
-                .find(|(_, s)| silent(s) && s.evictable())
-                .or_else(|| conns.iter().find(|(_, s)| s.evictable()))
-                .map(|(id, _)| *id);
-            let Some(oldest) = oldest else {
+            let mut victim: Option<(u8, u64)> = None;
+            // Oldest first: the first of the lowest rank wins.
+            for (id, s) in conns.iter() {
+                if let Some(r) = s.rank()
+                    && victim.is_none_or(|(best, _)| r < best)
+                {
+                    victim = Some((r, *id));
+                    if r == 1 {
+                        break;
+                    }
+                }
+            }
+            let Some((_, oldest)) = victim else {
                 self.metrics.closed.with_label_values(&["refused"]).inc();
                 return None;
             };
@@ -344,6 +427,71 @@ mod tests {
         let _new = t.admit().expect("new");
         assert!(silent.state.evicted.is_cancelled());
         assert!(!talking.state.evicted.is_cancelled());
+    }
+
+    /// A connection that sent its first request (headers being read).
+    fn talking(t: &Arc<Tracker>) -> Slot {
+        let s = t.admit().expect("slot");
+        s.state.handshaken(false);
+        s.state.on_read();
+        s
+    }
+
+    #[tokio::test]
+    async fn connections_waiting_on_unknown_credentials_go_before_the_rest() {
+        let t = Tracker::new(6, ConnMetrics::register(&prometheus::Registry::new()));
+        // Oldest first: a trusted idle keep-alive, a fresh one, a lingering
+        // one, one refused before, and one waiting on an unknown token.
+        let trusted = talking(&t);
+        trusted.state.trust();
+        let fresh = talking(&t);
+        let lingering = talking(&t);
+        lingering.state.linger();
+        let refused = talking(&t);
+        refused.state.refuse();
+        let unknown = talking(&t);
+        let _busy = unknown.state.begin();
+        let _wait = unknown.state.waiting_unknown();
+        // Inside a request on known credentials: never closed.
+        let known = talking(&t);
+        let _known_busy = known.state.begin();
+        let order = [&unknown, &refused, &lingering, &fresh, &trusted];
+        for (i, victim) in order.iter().enumerate() {
+            let newcomer = t.admit().expect("room is made");
+            assert!(victim.state.evicted.is_cancelled(), "victim {i}");
+            for later in &order[i + 1..] {
+                assert!(!later.state.evicted.is_cancelled(), "{i}: too early");
+            }
+            // Newcomers are inside a request on known credentials.
+            let busy = newcomer.state.begin();
+            std::mem::forget(busy);
+            std::mem::forget(newcomer);
+        }
+        assert!(!known.state.evicted.is_cancelled());
+        assert!(
+            t.admit().is_none(),
+            "only requests on known credentials left"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_on_known_credentials_keeps_its_connection() {
+        let t = Tracker::new(1, ConnMetrics::register(&prometheus::Registry::new()));
+        // HTTP/2: one stream waits on an unknown token, another is served.
+        let c = talking(&t);
+        let _a = c.state.begin();
+        let _wait = c.state.waiting_unknown();
+        let b = c.state.begin();
+        assert!(t.admit().is_none());
+        drop(b);
+        assert!(t.admit().is_some(), "only the unknown wait is left");
+        // A trusted connection waiting on a rotated token is kept.
+        let t = Tracker::new(1, ConnMetrics::register(&prometheus::Registry::new()));
+        let c = talking(&t);
+        c.state.trust();
+        let _a = c.state.begin();
+        let _wait = c.state.waiting_unknown();
+        assert!(t.admit().is_none());
     }
 
     #[tokio::test(start_paused = true)]

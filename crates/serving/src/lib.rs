@@ -10,8 +10,12 @@
 //! - `auth.rs`: who the caller is (client certificate, TokenReview) and
 //!   whether they may (always-allowed paths, `system:masters`,
 //!   SubjectAccessReview), both cached for 10 s; `review.rs`: reviews
-//!   bounded in number and merged per key;
-//! - `conn.rs`: the connection cap and KCM's header and idle timeouts;
+//!   bounded in number, rate and per source, in two lanes (authorized
+//!   before or not), merged per key; `known.rs`: what was authorized
+//!   before, partitioned by user;
+//! - `conn.rs`: the connection cap (which connection goes first when full)
+//!   and KCM's header and idle timeouts; `close.rs`: the graceful close
+//!   (a 431 or 413 reaches the client, not a reset);
 //! - `server.rs`: the accept loop and the check in front of every route.
 //!
 //! Data flow: TCP → connection slot → TLS handshake → client certificate
@@ -22,7 +26,9 @@
 
 pub mod auth;
 pub mod ciphers;
+pub mod close;
 pub mod conn;
+pub mod known;
 pub mod reload;
 pub mod review;
 pub mod server;
@@ -40,7 +46,7 @@ use std::sync::Arc;
 use axum::Router;
 use tokio_util::sync::CancellationToken;
 
-pub use auth::{Authn, Authz, Delegate, Metrics, User};
+pub use auth::{Authn, Authz, Delegate, Metrics, Origin, User};
 pub use ciphers::{CipherSuite, MinVersion, parse_cipher_suite, parse_min_version};
 pub use tls::TlsOptions;
 

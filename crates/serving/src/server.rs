@@ -8,7 +8,15 @@
 //!
 //! Per request: bodies and methods other than GET/HEAD are refused before
 //! any review (these endpoints only read), then authentication and
-//! authorization (`auth.rs`).
+//! authorization (`auth.rs`), each request telling its connection's state
+//! (`conn.rs`) whether it waits on a review of an unknown credential, was
+//! refused, or was authorized. When hyper is done, the connection is closed
+//! gracefully (`close.rs`), so a 431 or 413 reaches the client.
+//!
+//! Headers are bounded at [`MAX_HEADER_BYTES`] (HTTP/1 buffer, HTTP/2 header
+//! list): with at most 1,024 connections (100 streams each on HTTP/2, but
+//! at most 1,024 requests waiting on reviews), headers held cost at most
+//! tens of MiB.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,19 +33,27 @@ use hyper_util::server::conn::auto;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-use crate::auth::{Authn, Authz, Delegate, User, cert_user};
-use crate::conn::{Tracker, Watched, supervise};
+use crate::auth::{Authn, Authz, Delegate, Origin, User, cert_user};
+use crate::close::{Reclaim, linger};
+use crate::conn::{ConnState, Tracker, Watched, supervise};
 use crate::reload::Reloader;
 
 /// KCM's HTTP/2 limits (secure_serving.go).
 const H2_MAX_STREAMS: u32 = 100;
 const H2_MAX_FRAME: u32 = 256 * 1024;
-/// Go's `MaxHeaderBytes`.
-const MAX_HEADER_BYTES: u32 = 1 << 20;
+/// Request headers at most, per request. Go's `MaxHeaderBytes` is 1 MiB;
+/// 64 KiB holds any bearer token or client's headers and bounds what 1,024
+/// connections can make the server hold.
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
 
-/// The verified client certificate's user, if any (a request extension).
+/// Who is at the other end of a connection (a request extension): the
+/// verified client certificate's user, the address, the connection's state.
 #[derive(Clone)]
-struct PeerUser(Option<User>);
+struct Peer {
+    user: Option<User>,
+    addr: SocketAddr,
+    conn: Arc<ConnState>,
+}
 
 fn too_many() -> Response {
     (
@@ -72,14 +88,26 @@ fn refuse_unread(req: &Request) -> Option<Response> {
 }
 
 async fn check(State(d): State<Arc<Delegate>>, req: Request, next: Next) -> Response {
+    let peer = req.extensions().get::<Peer>().cloned();
+    let conn = peer.as_ref().map(|p| Arc::clone(&p.conn));
+    let refuse = |resp: Response| {
+        if let Some(c) = &conn {
+            c.refuse();
+        }
+        resp
+    };
     if let Some(refused) = refuse_unread(&req) {
-        return refused;
+        return refuse(refused);
     }
     let path = req.uri().path().to_string();
     if d.always_allowed(&path) {
         return next.run(req).await;
     }
-    let peer = req.extensions().get::<PeerUser>().and_then(|p| p.0.clone());
+    let origin = Origin {
+        source: peer.as_ref().map(|p| p.addr.ip()),
+        trusted: conn.as_ref().is_some_and(|c| c.trusted()),
+    };
+    let cert = peer.and_then(|p| p.user);
     let bearer = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -88,25 +116,47 @@ async fn check(State(d): State<Arc<Delegate>>, req: Request, next: Next) -> Resp
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .map(str::to_string);
-    let user = match d.authenticate(peer.as_ref(), bearer.as_deref()).await {
+    // Only the token decides who it is when there is no certificate.
+    let bearer = if cert.is_some() { None } else { bearer };
+    // While waiting on a review of a credential never authorized, the
+    // connection is among the first closed when the server is full.
+    let unknown_wait = |unknown: bool| match &conn {
+        Some(c) if unknown && !origin.trusted => Some(c.waiting_unknown()),
+        _ => None,
+    };
+    let waiting = unknown_wait(bearer.as_deref().is_some_and(|t| d.token_unknown(t)));
+    let authn = d
+        .authenticate_from(cert.as_ref(), bearer.as_deref(), origin)
+        .await;
+    drop(waiting);
+    let user = match authn {
         Authn::User(u) => u,
-        Authn::Overloaded => return too_many(),
+        Authn::Overloaded => return refuse(too_many()),
         // Deliberately stricter than KCM, which authorizes anonymous callers
         // as system:anonymous: nobody unauthenticated reaches more than the
         // always-allowed paths.
         Authn::Anonymous | Authn::Denied(_) => {
-            return (StatusCode::UNAUTHORIZED, "Unauthorized\n").into_response();
+            return refuse((StatusCode::UNAUTHORIZED, "Unauthorized\n").into_response());
         }
     };
     let verb = req.method().as_str().to_ascii_lowercase();
-    match d.authorize(&user, &verb, &path).await {
-        Authz::Allowed => next.run(req).await,
-        Authz::Overloaded => too_many(),
+    let waiting = unknown_wait(d.decision_unknown(&user, &verb, &path));
+    let authz = d.authorize_from(&user, &verb, &path, origin).await;
+    drop(waiting);
+    match authz {
+        Authz::Allowed => {
+            d.remember(bearer.as_deref(), &user, &verb, &path);
+            if let Some(c) = &conn {
+                c.trust();
+            }
+            next.run(req).await
+        }
+        Authz::Overloaded => refuse(too_many()),
         Authz::Denied(reason) => {
-            (StatusCode::FORBIDDEN, format!("Forbidden: {reason}\n")).into_response()
+            refuse((StatusCode::FORBIDDEN, format!("Forbidden: {reason}\n")).into_response())
         }
         Authz::Error(reason) => {
-            (StatusCode::INTERNAL_SERVER_ERROR, format!("{reason}\n")).into_response()
+            refuse((StatusCode::INTERNAL_SERVER_ERROR, format!("{reason}\n")).into_response())
         }
     }
 }
@@ -178,12 +228,16 @@ pub async fn run(
                     }
                 });
             state.handshaken(h2);
-            let peer_user = PeerUser(user);
+            let who = Peer {
+                user,
+                addr: peer,
+                conn: Arc::clone(&state),
+            };
             let busy_state = Arc::clone(&state);
             let svc = hyper::service::service_fn(
                 move |mut req: hyper::Request<hyper::body::Incoming>| {
                     let busy = busy_state.begin();
-                    req.extensions_mut().insert(peer_user.clone());
+                    req.extensions_mut().insert(who.clone());
                     let answer = app.clone().oneshot(req.map(axum::body::Body::new));
                     async move {
                         let r = answer.await;
@@ -195,25 +249,36 @@ pub async fn run(
             let mut builder = auto::Builder::new(TokioExecutor::new());
             // Timeouts are `supervise`'s (hyper's would cut idle keep-alive
             // connections at the header timeout).
-            builder.http1().header_read_timeout(None);
+            builder
+                .http1()
+                .header_read_timeout(None)
+                .max_buf_size(MAX_HEADER_BYTES);
             builder
                 .http2()
                 .max_concurrent_streams(H2_MAX_STREAMS)
                 .max_frame_size(H2_MAX_FRAME)
-                .max_header_list_size(MAX_HEADER_BYTES);
+                .max_header_list_size(u32::try_from(MAX_HEADER_BYTES).unwrap_or(u32::MAX));
             let builder = if h2 {
                 builder.http2_only()
             } else {
                 builder.http1_only()
             };
-            let conn = builder
-                .serve_connection(TokioIo::new(tls), svc)
-                .into_owned();
-            if let Some(why) = supervise(watcher.watch(conn), &state).await {
-                if why.ends_with("timeout") {
-                    closed.with_label_values(&[why]).inc();
+            let (io, mut back) = Reclaim::new(tls);
+            let conn = builder.serve_connection(TokioIo::new(io), svc).into_owned();
+            match supervise(watcher.watch(conn), &state).await {
+                Some(why) => {
+                    if why.ends_with("timeout") {
+                        closed.with_label_values(&[why]).inc();
+                    }
+                    log_cut(peer, why);
                 }
-                log_cut(peer, why);
+                // Ended by hyper (answered, client gone, bad input): hyper
+                // dropped the stream, which came back.
+                None => {
+                    if let Ok(tls) = back.try_recv() {
+                        linger(tls, &state).await;
+                    }
+                }
             }
             drop(slot);
         });

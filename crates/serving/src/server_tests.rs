@@ -64,14 +64,14 @@ pub(crate) fn leaf(
     (cert.pem(), key.serialize_pem())
 }
 
-struct Client {
+pub(crate) struct Client {
     roots: rustls::RootCertStore,
-    alpn: Vec<Vec<u8>>,
-    cert: Option<(String, String)>,
+    pub alpn: Vec<Vec<u8>>,
+    pub cert: Option<(String, String)>,
 }
 
 impl Client {
-    fn new(server_ca: &Ca) -> Self {
+    pub fn new(server_ca: &Ca) -> Self {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(server_ca.cert.der().clone()).expect("root");
         Client {
@@ -81,7 +81,17 @@ impl Client {
         }
     }
 
-    async fn connect(&self, port: u16) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    pub async fn connect(
+        &self,
+        port: u16,
+    ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+        self.try_connect(port).await.expect("connect")
+    }
+
+    pub async fn try_connect(
+        &self,
+        port: u16,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let b = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -96,19 +106,16 @@ impl Client {
             None => b.with_no_client_auth(),
         };
         config.alpn_protocols = self.alpn.clone();
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .expect("connect");
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
         let name = ServerName::try_from("127.0.0.1").expect("name");
         tokio_rustls::TlsConnector::from(Arc::new(config))
             .connect(name, tcp)
             .await
-            .expect("handshake")
     }
 
     /// One raw HTTP/1.1 exchange; the status code (0: none) and the whole
     /// reply.
-    async fn raw(&self, port: u16, request: &str) -> (u16, String) {
+    pub async fn raw(&self, port: u16, request: &str) -> (u16, String) {
         let mut s = self.connect(port).await;
         s.write_all(request.as_bytes()).await.expect("write");
         let mut out = Vec::new();
@@ -122,7 +129,31 @@ impl Client {
         (code, text)
     }
 
-    async fn get(&self, port: u16, path: &str) -> u16 {
+    /// Writes all of `request` (pausing 300 ms after its first 128 KiB, as
+    /// a slow client would, so the server has answered and closed by then),
+    /// then reads the answer to its end: whether the write went through, the
+    /// status code (0: none) and whether the answer ended cleanly (TLS
+    /// close_notify, no reset).
+    pub async fn strict(&self, port: u16, request: &[u8]) -> (bool, u16, bool) {
+        let Ok(mut s) = self.try_connect(port).await else {
+            return (false, 0, false);
+        };
+        let (first, rest) = request.split_at(request.len().min(128 * 1024));
+        let mut wrote = s.write_all(first).await.is_ok() && s.flush().await.is_ok();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        wrote = wrote && s.write_all(rest).await.is_ok();
+        let mut out = Vec::new();
+        let end = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+        let text = String::from_utf8_lossy(&out);
+        let code = text
+            .strip_prefix("HTTP/1.1 ")
+            .and_then(|r| r.get(..3))
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        (wrote, code, matches!(end, Ok(Ok(_))))
+    }
+
+    pub async fn get(&self, port: u16, path: &str) -> u16 {
         let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
         self.raw(port, &req).await.0
     }
@@ -144,8 +175,8 @@ fn write(path: &Path, text: &str) {
     std::fs::rename(&tmp, path).expect("rename");
 }
 
-struct Served {
-    port: u16,
+pub(crate) struct Served {
+    pub port: u16,
     stop: CancellationToken,
 }
 
@@ -163,9 +194,15 @@ async fn serve(opts: &TlsOptions) -> Served {
         vec!["/healthz".into()],
         Metrics::register(&registry),
     );
+    serve_with(opts, delegate, crate::conn::MAX_CONNECTIONS).await
+}
+
+/// Serves /healthz and /metrics with `delegate`, at most `max` connections.
+pub(crate) async fn serve_with(opts: &TlsOptions, delegate: Delegate, max: usize) -> Served {
     let server = SecureServer::bind("127.0.0.1:0".parse().expect("addr"), opts, delegate)
         .await
-        .expect("bind");
+        .expect("bind")
+        .with_max_connections(max);
     let port = server.local_addr().expect("addr").port();
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -175,14 +212,14 @@ async fn serve(opts: &TlsOptions) -> Served {
     Served { port, stop }
 }
 
-struct Setup {
-    dir: tempfile::TempDir,
-    server_ca: Ca,
-    client_ca: Ca,
-    opts: TlsOptions,
+pub(crate) struct Setup {
+    pub dir: tempfile::TempDir,
+    pub server_ca: Ca,
+    pub client_ca: Ca,
+    pub opts: TlsOptions,
 }
 
-fn setup() -> Setup {
+pub(crate) fn setup() -> Setup {
     let dir = tempfile::tempdir().expect("dir");
     let server_ca = ca("server-ca");
     let client_ca = ca("client-ca");
@@ -248,6 +285,44 @@ async fn bodies_and_other_methods_are_refused_before_authentication() {
     assert_eq!(c.raw(srv.port, delete).await.0, 405);
     // Without either: the usual 401.
     assert_eq!(c.get(srv.port, "/metrics").await, 401);
+}
+
+/// Clients that write their whole request before reading the answer, as
+/// many do: the server must take (and drop) the rest of the input, or the
+/// client's write fails and the answer is lost to a reset.
+#[tokio::test]
+async fn too_large_headers_and_refused_bodies_are_answered_not_reset() {
+    let s = setup();
+    let srv = serve(&s.opts).await;
+    let c = Arc::new(Client::new(&s.server_ca));
+    let big = Arc::new(format!(
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(1 << 20)
+    ));
+    let body = 3 << 20;
+    let post = Arc::new(format!(
+        "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: {body}\r\n\r\n{}",
+        "b".repeat(body)
+    ));
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let (c, big, post) = (Arc::clone(&c), Arc::clone(&big), Arc::clone(&post));
+        let port = srv.port;
+        tasks.push(tokio::spawn(async move {
+            let req = if i % 4 == 0 { &post } else { &big };
+            c.strict(port, req.as_bytes()).await
+        }));
+    }
+    for (i, t) in tasks.into_iter().enumerate() {
+        let want = if i % 4 == 0 { 413 } else { 431 };
+        assert_eq!(t.await.expect("client"), (true, want, true), "client {i}");
+    }
+    // Headers under the bound are served.
+    let fine = format!(
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Fine: {}\r\nConnection: close\r\n\r\n",
+        "a".repeat(crate::server::MAX_HEADER_BYTES / 2)
+    );
+    assert_eq!(c.raw(srv.port, &fine).await.0, 200);
 }
 
 #[tokio::test]
