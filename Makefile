@@ -279,3 +279,22 @@ upstream-tests-job:
 	e2e/upstream-suites/suites.sh prepare $(UPSTREAM_JOB_VERSION)
 	SHARDS=$(UPSTREAM_SHARDS) e2e/upstream-suites/suites.sh run $(UPSTREAM_JOB_VERSION) kcm-rs job || true
 	e2e/upstream-suites/suites.sh check $(UPSTREAM_JOB_VERSION) kcm-rs job
+
+## realnode-up: the local control plane plus one real node on this machine
+## (containerd + runc, the CNI bridge, kubelet, kube-scheduler; KCM's helper
+## controllers, never kcm-rs's four) of K8S_VERSION (1.34..1.37, default
+## 1.34); needs root; runs until realnode-down, which removes everything it
+## made and then checks that nothing is left (realnode-check). docs/real-node.md.
+## realnode-test: the node's own test (real pods exit 42, serve a probe, see
+## no default route; teardown leaves nothing), on each of K8S_VERSIONS.
+REALNODE_VERSION = $(or $(K8S_VERSION),1.34)
+.PHONY: realnode-up realnode-down realnode-check realnode-test
+realnode-test:
+	@for v in $(or $(K8S_VERSIONS),$(REALNODE_VERSION)); do e2e/realnode/selftest.sh --version $$v || exit 1; done
+realnode-up:
+	e2e/realnode/node.sh up --version $(REALNODE_VERSION)
+realnode-down:
+	e2e/realnode/node.sh down
+	e2e/realnode/check-clean.sh
+realnode-check:
+	e2e/realnode/check-clean.sh

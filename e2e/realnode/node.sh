@@ -1,0 +1,356 @@
+#!/usr/bin/env bash
+# A local control plane plus one real node on this machine, and its teardown.
+#
+#   node.sh up [--version 1.N]   build (cached) and start: kube-apiserver over
+#                                embedded etcd, kube-controller-manager with the
+#                                helper controllers only (never job, podgc,
+#                                taint-eviction, disruption), containerd + runc,
+#                                the CNI bridge, kube-scheduler and the kubelet;
+#                                import the images; wait for the node to be
+#                                Ready and untainted. Prints the kubeconfig.
+#   node.sh down                 stop it all and remove everything it made
+#   node.sh env                  print KUBECONFIG=..., K8S_VERSION=..., NODE_NAME=...
+#
+# The node runs until `down`. State lives in /run/kcm-rs-node
+# ($KCM_NODE_STATE), logs in target/realnode/logs. Must run as root. The
+# pods' network stays on this machine: a bridge with the node as gateway,
+# no masquerading, no default route in the pods. See docs/real-node.md.
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+
+# KCM's controllers the node and upstream's e2e framework need; kcm-rs's four
+# (job, pod GC, taint eviction, disruption) are never among them.
+HELPERS="${KCM_NODE_HELPERS:-serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,node-lifecycle-controller,replicaset-controller,deployment-controller,statefulset-controller,daemonset-controller,namespace-controller,garbage-collector-controller,ttl-after-finished-controller,endpoints-controller,endpointslice-controller,resourcequota-controller}"
+case ",$HELPERS," in
+  *,job-controller,*|*,pod-garbage-collector-controller,*|*,taint-eviction-controller,*|*,disruption-controller,*|*,\**)
+    err "KCM_NODE_HELPERS must not run job, podgc, taint-eviction or disruption (kcm-rs's controllers): $HELPERS"; exit 2 ;;
+esac
+
+prereqs() {
+  local missing=() c
+  [[ "$(id -u)" == 0 ]] || { err "the real node needs root (containerd, mounts, network namespaces)"; exit 1; }
+  for c in containerd:containerd containerd-shim-runc-v2:containerd ctr:containerd runc:runc \
+    iptables:iptables ip6tables:iptables ip:iproute2 flock:util-linux mount:mount setsid:util-linux file:file; do
+    command -v "${c%%:*}" >/dev/null || missing+=("${c##*:} (for ${c%%:*})")
+  done
+  for c in bridge host-local loopback; do
+    [[ -x "$CNI_BIN/$c" ]] || missing+=("containernetworking-plugins (for $CNI_BIN/$c)")
+  done
+  [[ -x /bin/busybox ]] || missing+=("busybox-static (for the images' /bin/busybox)")
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    err "missing prerequisites; install them with: apt-get install --no-install-recommends $(printf '%s\n' "${missing[@]}" | cut -d' ' -f1 | sort -u | tr '\n' ' ')"
+    printf '  missing: %s\n' "${missing[@]}" >&2
+    exit 1
+  fi
+  grep -qw overlay /proc/filesystems || modprobe overlay 2>/dev/null ||
+    { err "the kernel has no overlay filesystem (containerd's snapshotter needs it)"; exit 1; }
+  command -v go >/dev/null || { err "Go is not on PATH: install Go 1.26 (https://go.dev/dl) to build kubelet and kube-scheduler"; exit 1; }
+}
+CNI_BIN="${KCM_NODE_CNI_BIN:-/usr/lib/cni}"
+
+# start NAME CMD...: runs CMD in its own session, output to $LOGS/NAME.log.
+start() {
+  local name="$1"; shift
+  setsid "$@" </dev/null >"$LOGS/$name.log" 2>&1 &
+  echo $! >"$STATE/pids/$name"
+}
+alive() { [[ -f "$STATE/pids/$1" ]] && kill -0 "$(cat "$STATE/pids/$1")" 2>/dev/null; }
+# stop NAME [SECONDS]: SIGTERM, then SIGKILL after SECONDS (default 15).
+stop() {
+  local name="$1" wait="${2:-15}" pid i
+  [[ -f "$STATE/pids/$name" ]] || return 0
+  pid="$(cat "$STATE/pids/$name")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < wait * 10; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then say "$name did not stop in ${wait}s: SIGKILL"; kill -KILL "$pid" 2>/dev/null || true; sleep 0.2;
+    elif [[ $i -ge 20 ]]; then say "$name took $((i / 10))s to stop"; fi
+  fi
+  rm -f "$STATE/pids/$name"
+}
+# wait_for WHAT SECONDS COMMAND...: polls COMMAND every 0.5 s.
+wait_for() {
+  local what="$1" secs="$2" i; shift 2
+  for ((i = 0; i < secs * 2; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
+  err "$what: not within ${secs}s"
+  return 1
+}
+kc() { "$KUBECTL" --kubeconfig "$STATE/admin.kubeconfig" "$@"; }
+fail_up() {
+  err "$1"
+  local l
+  for l in "${@:2}"; do echo "--- last lines of $l" >&2; tail -n 25 "$l" >&2 || true; done
+  say "tearing down what started"
+  down || true
+  exit 1
+}
+
+up() {
+  local version=1.34
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --version) version="${2:?--version needs a value such as 1.37}"; shift ;;
+      --version=*) version="${1#--version=}" ;;
+      *) err "unknown argument $1 (usage: node.sh up [--version 1.N])"; exit 2 ;;
+    esac
+    shift
+  done
+  version="$(echo "${version#v}" | cut -d. -f1,2)"
+  prereqs
+  if [[ -e "$STATE" ]]; then
+    err "$STATE exists: a real node is up or was not torn down; run e2e/realnode/node.sh down first"
+    exit 1
+  fi
+  "$ROOT/e2e/harness/build.sh" "$ROOT/target/e2e-bin" --with-kubectl
+  "$ROOT/e2e/harness/build.sh" "$ROOT/target/e2e-bin" --version "$version"
+  "$REALNODE_DIR/build.sh" --version "$version"
+  KUBECTL="$(cp_bin 1.34)/kcm-e2e-kubectl"
+  local cp nb images node_ip began
+  cp="$(cp_bin "$version")"; nb="$(node_bin "$version")"; images="$WORK/$version/images"
+  node_ip="$(ip -4 -o addr show scope global | awk '{ split($4, a, "/"); print a[1]; exit }')"
+  [[ -n "$node_ip" ]] || { err "no global IPv4 address for the node (the kubelet's node IP must not be loopback)"; exit 1; }
+  began=$(date +%s)
+
+  mkdir -p "$WORK" "$LOGS"
+  rm -f "$LOGS"/*.log
+  "$REALNODE_DIR/check-clean.sh" snapshot >"$BASELINE.tmp"
+  mv "$BASELINE.tmp" "$BASELINE"
+  mkdir -p "$STATE"/{pids,containerd,cni/net.d,cni/ipam,kubelet,pod-logs,hostpath}
+  echo "$version" >"$STATE/version"
+
+  # 1. kube-apiserver over embedded etcd (127.0.0.1). It authenticates to
+  # the kubelet with the admin client certificate (logs, exec) at its
+  # InternalIP (a name lookup would leave the machine); the PKI
+  # files are where kcm-e2e-apiserver writes them under --dir.
+  local pki="$STATE/apiserver"
+  start apiserver "$cp/kcm-e2e-apiserver" --dir="$pki" --kubeconfig="$STATE/admin.kubeconfig" --port=0 \
+    --extra-args="--kubelet-client-certificate=$pki/admin.crt --kubelet-client-key=$pki/admin.key --kubelet-preferred-address-types=InternalIP"
+  wait_for "kube-apiserver ready" 120 grep -q '^READY' "$LOGS/apiserver.log" ||
+    fail_up "kube-apiserver did not start" "$LOGS/apiserver.log"
+
+  # 2. KCM with the helper controllers only.
+  start kcm-helpers "$cp/kcm-e2e-controller-manager" --kubeconfig="$STATE/admin.kubeconfig" \
+    --controllers="$HELPERS" --leader-elect=false --secure-port=0 \
+    --service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt" --v=2
+  sleep 1
+  alive kcm-helpers || fail_up "kube-controller-manager exited" "$LOGS/kcm-helpers.log"
+
+  # 3. containerd with its own root, state, sockets and runc root; the CRI
+  # plugin's restrict_oom_score_adj because this VM lacks CAP_SYS_RESOURCE.
+  cat >"$STATE/containerd/config.toml" <<EOF
+version = 2
+root = "$STATE/containerd/root"
+state = "$STATE/containerd/state"
+[grpc]
+  address = "$SOCK"
+[ttrpc]
+  address = "$SOCK.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$STATE/containerd/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$(cat "$images/sandbox-image")"
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "$(command -v runc)"
+        Root = "$STATE/runc"
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$CNI_BIN"
+    conf_dir = "$STATE/cni/net.d"
+    max_conf_num = 1
+EOF
+  # 4. The pods' network: a bridge with the node as gateway, no masquerade,
+  # no routes beyond the bridge subnet (nothing leaves the machine).
+  cat >"$STATE/cni/net.d/10-kcm-rs-node.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "kcm-rs-node",
+  "plugins": [{
+    "type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_SUBNET"}]], "dataDir": "$STATE/cni/ipam"}
+  }]
+}
+EOF
+  start containerd containerd --config "$STATE/containerd/config.toml"
+  wait_for "containerd ready" 30 ctr --address "$SOCK" version || fail_up "containerd did not start" "$LOGS/containerd.log"
+  local archive
+  for archive in "$images"/*.tar; do
+    ctr --address "$SOCK" -n k8s.io images import --all-platforms "$archive" >/dev/null ||
+      fail_up "importing $archive into containerd failed" "$LOGS/containerd.log"
+  done
+
+  # 5. kube-scheduler and the kubelet.
+  start kube-scheduler "$nb/kcm-node-scheduler" --kubeconfig="$STATE/admin.kubeconfig" \
+    --leader-elect=false --secure-port=0 --v=2
+  : >"$STATE/kubelet/resolv.conf"
+  cat >"$STATE/kubelet/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $node_ip
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+containerRuntimeEndpoint: unix://$SOCK
+# This VM: cgroup v1 (hybrid), no cgroup-per-QoS hierarchy, no swap.
+cgroupDriver: cgroupfs
+failCgroupV1: false
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $pki/ca.crt}
+authorization: {mode: Webhook}
+podLogsDir: $STATE/pod-logs
+resolvConf: $STATE/kubelet/resolv.conf
+# Images cannot be pulled again: never collect them.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+serializeImagePulls: false
+EOF
+  start kubelet "$nb/kcm-node-kubelet" --config="$STATE/kubelet/config.yaml" \
+    --kubeconfig="$STATE/admin.kubeconfig" --root-dir="$STATE/kubelet" \
+    --hostname-override="$NODE_NAME" --node-ip="$node_ip" --v=2
+  wait_for "node $NODE_NAME registered" 90 kc get node "$NODE_NAME" ||
+    fail_up "the kubelet did not register the node" "$LOGS/kubelet.log"
+  wait_for "node $NODE_NAME Ready" 120 kc wait --for=condition=Ready --timeout=1s node "$NODE_NAME" ||
+    fail_up "the node did not become Ready" "$LOGS/kubelet.log" "$LOGS/containerd.log"
+  # node-lifecycle-controller lifts the not-ready taint.
+  untainted() { [[ -z "$(kc get node "$NODE_NAME" -o jsonpath='{.spec.taints}')" ]]; }
+  wait_for "node $NODE_NAME untainted" 60 untainted ||
+    fail_up "the node keeps a taint: $(kc get node "$NODE_NAME" -o jsonpath='{.spec.taints}')" "$LOGS/kcm-helpers.log"
+  wait_for "ServiceAccount default/default" 60 kc -n default get serviceaccount default ||
+    fail_up "no default ServiceAccount" "$LOGS/kcm-helpers.log"
+  for c in apiserver kcm-helpers containerd kube-scheduler kubelet; do
+    alive "$c" || fail_up "$c exited" "$LOGS/$c.log"
+  done
+  say "up in $(($(date +%s) - began))s: Kubernetes $version, node $NODE_NAME ($node_ip), pods on $POD_SUBNET"
+  say "logs in $LOGS; stop everything with: e2e/realnode/node.sh down"
+  env_
+}
+
+env_() {
+  [[ -f "$STATE/version" ]] || { err "no real node is up (node.sh up starts one)"; exit 1; }
+  echo "KUBECONFIG=$STATE/admin.kubeconfig"
+  echo "K8S_VERSION=$(cat "$STATE/version")"
+  echo "NODE_NAME=$NODE_NAME"
+  echo "KUBECTL=$(cp_bin 1.34)/kcm-e2e-kubectl"
+}
+
+# down: idempotent and best effort: each step runs even if one before failed.
+down() {
+  local failed=0 c
+  # The kubelet first, so it restarts nothing; then the pods through CRI
+  # (StopPodSandbox runs CNI DEL: veths, IPs, network namespaces).
+  stop kubelet 20
+  for c in kube-scheduler kcm-helpers; do stop "$c"; done
+  if alive containerd; then
+    local nb
+    nb="$(node_bin "$(cat "$STATE/version" 2>/dev/null || echo 1.34)")"
+    if [[ -x "$nb/kcm-node-cri" ]]; then
+      "$nb/kcm-node-cri" --endpoint "$SOCK" cleanup || failed=1
+    fi
+  fi
+  stop containerd 20
+  # Shims outlive containerd by design; after the cleanup above none should
+  # run, but a killed containerd can leave some behind.
+  local pid args
+  while read -r pid args; do
+    [[ -z "$pid" ]] && continue
+    say "stopping leftover process $pid: $args"
+    kill -KILL "$pid" 2>/dev/null || true
+  done < <(our_processes | grep -v kcm-e2e-apiserver || true)
+  stop apiserver 20
+  # Anything still running of ours (a pid file lost to a crash).
+  while read -r pid args; do
+    [[ -z "$pid" ]] && continue
+    say "stopping leftover process $pid: $args"
+    kill -KILL "$pid" 2>/dev/null || true
+  done < <(our_processes)
+  sleep 0.3
+
+  # Mounts: the kubelet's root and pod volumes, containerd's snapshots and
+  # sandbox /dev/shm, the pods' network namespaces.
+  local m
+  while read -r m; do
+    [[ -z "$m" ]] && continue
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || { err "cannot unmount $m"; failed=1; }
+  done < <(mounts_under "$STATE")
+
+  # Network: the bridge (veths went with their namespaces), our chains.
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE" || failed=1; fi
+  local ipt t chain rule
+  for ipt in iptables ip6tables; do
+    for t in filter nat mangle raw; do
+      for chain in $(chains "$ipt" "$t"); do
+        # KUBE-* chains that were there before `up` are not ours.
+        if [[ -f "$BASELINE" ]] && grep -qx -- "-N $chain" <(awk -v s="## $ipt $t" '$0 == s { on = 1; next } /^## / { on = 0 } on' "$BASELINE"); then
+          continue
+        fi
+        while read -r rule; do
+          [[ -z "$rule" ]] && continue
+          eval "$ipt -t $t ${rule/-A /-D }" 2>/dev/null || true
+        done < <("$ipt" -t "$t" -S 2>/dev/null | grep -E -- "-j $chain( |$)" || true)
+        "$ipt" -t "$t" -F "$chain" 2>/dev/null || true
+        "$ipt" -t "$t" -X "$chain" 2>/dev/null || { err "cannot delete $ipt -t $t chain $chain"; failed=1; }
+      done
+    done
+  done
+
+  # Kernel settings back to what they were before `up`.
+  if [[ -f "$BASELINE" ]]; then
+    local s v
+    while read -r s _ v; do
+      [[ -z "$s" || "$v" == absent ]] && continue
+      [[ "$(sysctl -n "$s" 2>/dev/null)" == "$v" ]] || sysctl -qw "$s=$v" || failed=1
+    done < <(awk '$0 == "## sysctl" { on = 1; next } /^## / { on = 0 } on' "$BASELINE")
+  fi
+
+  # Cgroups runc made for the pods (it removes them on delete; a killed
+  # runtime does not).
+  local d
+  while read -r d; do
+    [[ -n "$d" ]] && rmdir "$d" 2>/dev/null || true
+  done < <(find /sys/fs/cgroup -mindepth 2 -maxdepth 4 -type d -regextype egrep \
+    -regex '.*/(kubepods[^/]*|[0-9a-f]{64}|k8s\.io)$' 2>/dev/null | awk '{ print length, $0 }' | sort -rn | cut -d' ' -f2-)
+
+  # Default paths the components created although everything is configured
+  # into $STATE (containerd 1.6's shim sockets in /run/containerd/s, CNI's
+  # result cache, the kubelet's /var/log/containers links): removed when
+  # they did not exist before `up`.
+  if [[ -f "$BASELINE" ]]; then
+    local p
+    for p in "${HOST_PATHS[@]}"; do
+      if [[ -e "$p" ]] && ! awk '$0 == "## paths" { on = 1; next } /^## / { on = 0 } on' "$BASELINE" | grep -qx -- "$p"; then
+        rm -rf -- "$p" || failed=1
+      fi
+    done
+  fi
+  find /var/log/containers -maxdepth 1 -type l -lname "$STATE/*" -delete 2>/dev/null || true
+
+  if [[ -n "$(mounts_under "$STATE")" ]]; then
+    err "mounts remain under $STATE; not removing it"
+    failed=1
+  else
+    rm -rf -- "$STATE" || failed=1
+  fi
+  if [[ $failed -ne 0 ]]; then err "teardown incomplete (see above)"; return 1; fi
+  say "down: everything stopped and removed"
+}
+
+case "${1:-}" in
+  up) shift; up "$@" ;;
+  down) down ;;
+  env) env_ ;;
+  *) err "usage: node.sh up [--version 1.N] | down | env"; exit 2 ;;
+esac
