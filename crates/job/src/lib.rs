@@ -19,7 +19,9 @@
 //! copy of them. `workload` decides the Workload and PodGroup of a Job
 //! (`WorkloadWithJob`, 1.37; 1.36's v1alpha2 rules in `workload::v136`),
 //! `controller::scheduling` (`scheduling_v136`) makes them; their
-//! informers exist only with that gate on.
+//! informers exist only with that gate on. `conflict` finds a second
+//! writer of Job status; `untrusted` counts and logs what Job and pod
+//! authors wrote that the controller ignores or undoes.
 
 pub mod active_pods;
 pub mod backoff;
@@ -36,6 +38,7 @@ pub mod selector;
 pub mod settings;
 pub mod success_policy;
 pub mod sync;
+pub mod untrusted;
 pub mod workload;
 
 pub use settings::JobSettings;

@@ -15,6 +15,7 @@ use crate::metrics::metrics;
 use crate::pod_failure_policy::{Action, effective_policy, match_pod_failure_policy};
 use crate::pods::{has_tracking_finalizer, is_terminal, phase};
 use crate::selector;
+use crate::untrusted;
 
 pub use crate::pods::{controller_of, is_finished};
 
@@ -228,7 +229,26 @@ impl<P: JobPort> JobController<P> {
         self.enqueue_after(&job, SYNC_JOB_BATCH_PERIOD);
     }
 
+    /// A trace of `managedFields` times only a Job's author can have set.
+    fn note_forged_times(&self, old: Option<&Job>, job: &Job) {
+        let now = self.clock.now();
+        let Some((manager, at)) = untrusted::future_managed_fields(job, now) else {
+            return;
+        };
+        if old.and_then(|o| untrusted::future_managed_fields(o, now)) == Some((manager.clone(), at))
+        {
+            return;
+        }
+        untrusted::record(
+            untrusted::Reason::FutureManagedFields,
+            &object_key(job),
+            || format!("managedFields entry of {manager:?} dated {at}, ahead of now ({now})"),
+            self.clock.instant(),
+        );
+    }
+
     fn add_job(&self, job: &Job) {
+        self.note_forged_times(None, job);
         self.enqueue_after(job, Duration::ZERO);
         // A finished Job seen first (a restart): its pods may have been
         // listed before it, when they could not be resolved to it.
@@ -242,19 +262,35 @@ impl<P: JobPort> JobController<P> {
             .managed_elsewhere(job)
             .filter(|_| !self.config.beside_kcm())
         {
+            let label = crate::metrics::external_controller_label(
+                name,
+                job.metadata.namespace.as_deref().unwrap_or_default(),
+                job.metadata.uid.as_deref().unwrap_or_default(),
+            );
+            if label == crate::metrics::OTHER_CONTROLLER {
+                untrusted::record(
+                    untrusted::Reason::ManagedByLabelOverflow,
+                    &object_key(job),
+                    || {
+                        format!(
+                            "spec.managedBy {name:?} counted as \"other\": its namespace holds {} label slots or all {} are taken",
+                            crate::metrics::MAX_EXTERNAL_CONTROLLERS_PER_NAMESPACE,
+                            crate::metrics::MAX_EXTERNAL_CONTROLLERS
+                        )
+                    },
+                    self.clock.instant(),
+                );
+            }
             metrics()
                 .jobs_by_external_controller
-                .with_label_values(&[crate::metrics::external_controller_label(
-                    name,
-                    job.metadata.namespace.as_deref().unwrap_or_default(),
-                    job.metadata.uid.as_deref().unwrap_or_default(),
-                )])
+                .with_label_values(&[label])
                 .inc();
         }
     }
 
     fn update_job(&self, old: &Job, cur: &Job) {
         self.observe_job_update(old, cur);
+        self.note_forged_times(Some(old), cur);
         if is_finished(cur) {
             self.enqueue_selector(cur);
             return;

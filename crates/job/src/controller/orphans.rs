@@ -78,6 +78,24 @@ impl<P: JobPort> JobController<P> {
             // Ownerless pods are KCM's too.
             return Ok(());
         }
+        // Only a pod no existing Job owns: its author may have planted it.
+        let owner = controller_of(pod).and_then(|r| {
+            self.jobs
+                .store()
+                .get(&format!("{}/{}", pod.namespace(), r.name))
+                .filter(|j| j.metadata.uid.as_deref() == Some(&*r.uid))
+        });
+        if owner.is_none() {
+            crate::untrusted::record(
+                crate::untrusted::Reason::OrphanTrackingFinalizer,
+                &object_key(pod),
+                || {
+                    "the Job tracking finalizer on a pod no Job of its namespace owns; removing it"
+                        .into()
+                },
+                self.clock.instant(),
+            );
+        }
         // NotFound counts as done, with no version to record.
         let rv = match self.port.remove_finalizer(pod).await? {
             Settled::Written(w) => w.metadata.resource_version,
