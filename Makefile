@@ -51,16 +51,11 @@ test: check-tools lint controlplane
 test-newest:
 	$(MAKE) test-versions K8S_VERSIONS=1.37 TEST_GATES=no TEST_UPSTREAM=no
 
-## check-tools: the monitoring tests need promtool and prometheus (Debian
-## package `prometheus`; .ci/run installs it).
+## check-tools: what make test needs, checked before its long builds (Go >= 1.26,
+## cgo's C compiler, Rust >= rust-version, GNU patch, git, python3, promtool and
+## prometheus, free disk space; hack/check-tools.sh says why each).
 check-tools:
-	@for p in promtool:PROMTOOL prometheus:PROMETHEUS; do \
-	  t=$${p%%:*}; v=$${p##*:}; \
-	  if [[ -z "$${!v:-}" ]] && ! command -v $$t >/dev/null; then \
-	    echo "error: $$t not found: apt-get install --no-install-recommends prometheus" \
-	      "(or set $$v); .ci/run installs it" >&2; exit 1; \
-	  fi; \
-	done
+	@hack/check-tools.sh
 
 ## monitoring: the alert rules under promtool, and a real Prometheus scraping
 ## kcm-rs (every dashboard panel and alert expression evaluated).
@@ -80,6 +75,19 @@ image:
 	fi; \
 	DOCKER_BUILDKIT=1 $$engine build -f manifests/Dockerfile -t $(IMAGE) \
 	  --build-arg KCM_RS_GIT_COMMIT=$(COMMIT) .
+
+## image-oci: the image without a container engine: the release binary and
+## what it needs at run time in an OCI image layout archive,
+## target/image/kcm-rs-$(VERSION).oci.tar (hack/oci-image.py; reproducible,
+## prints its digest). Load it with `ctr -n k8s.io images import <archive>`.
+IMAGE_OCI := target/image/kcm-rs-$(VERSION).oci.tar
+.PHONY: image-oci
+image-oci:
+	KCM_RS_GIT_COMMIT=$(COMMIT) $(CARGO) build --release --locked -p kcm-rs
+	@python3 hack/oci-image.py --binary target/release/kcm-rs --name $(IMAGE) \
+	  --out $(IMAGE_OCI) --revision $(COMMIT) \
+	  --created $$(git log -1 --format=%ct 2>/dev/null || echo 0)
+	@echo "load: ctr -n k8s.io images import $(IMAGE_OCI)   pin: $(IMAGE)@$$(cat $(IMAGE_OCI).digest)" >&2
 
 ## release: the release binary (target/release/kcm-rs) and, where a container
 ## engine exists, the image kcm-rs:$(VERSION), also tagged kcm-rs:$(VERSION)-$(COMMIT);
