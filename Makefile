@@ -15,12 +15,13 @@ IMAGE ?= kcm-rs:$(VERSION)
 	check-tools monitoring image kind-up release
 
 ## run: kcm-rs against TARGET_KUBECONFIG / --kubeconfig in ARGS, else against a local
-## control plane with simulated nodes and the sample Job.
+## control plane with simulated nodes and the sample Job; REAL_NODE=1: run-real.
 run:
 	@# Only an explicit TARGET_KUBECONFIG or --kubeconfig leaves the local
 	@# control plane: an exported KUBECONFIG must not point kcm-rs at a real
 	@# cluster whose KCM may still run the same controllers.
-	@if [[ -n "$(TARGET_KUBECONFIG)" || "$(ARGS)" == *--kubeconfig* ]]; then \
+	@if [[ -n "$(REAL_NODE)" ]]; then exec $(MAKE) --no-print-directory run-real; fi; \
+	if [[ -n "$(TARGET_KUBECONFIG)" || "$(ARGS)" == *--kubeconfig* ]]; then \
 	  $(CARGO) build -p kcm-rs && \
 	  if [[ "$(ARGS)" == *--kubeconfig* ]]; then exec target/debug/kcm-rs $(ARGS); \
 	  else exec target/debug/kcm-rs --kubeconfig "$(TARGET_KUBECONFIG)" $(ARGS); fi; \
@@ -306,3 +307,17 @@ realnode-down:
 	e2e/realnode/check-clean.sh
 realnode-check:
 	e2e/realnode/check-clean.sh
+
+## run-real: `make run` on a real node (root): the local control plane plus
+## the real node of K8S_VERSION (realnode-up), kcm-rs, and the example Jobs as
+## real containers (their pods exit 42, exit 1, get evicted through the
+## Eviction API); Ctrl-C tears it all down and checks nothing is left.
+## run-real-examples: the same until every Job has finished, one line per Job.
+## run-real-test: the test of run-real-examples (e2e/tests/make_run_real.rs).
+.PHONY: run-real run-real-examples run-real-test
+run-real:
+	CARGO="$(CARGO)" e2e/realnode/run.sh --version $(REALNODE_VERSION) $(DEV_ARGS) -- $(ARGS)
+run-real-examples:
+	$(MAKE) --no-print-directory run-real DEV_ARGS="--exit-when-done $(DEV_ARGS)"
+run-real-test:
+	$(CARGO) test -p kcm-e2e --test make_run_real -- --ignored --nocapture

@@ -34,7 +34,8 @@ snapshot() {
   local s
   for s in "${SYSCTLS[@]}"; do echo "$s = $(sysctl -n "$s" 2>/dev/null || echo absent)"; done
   echo "## cgroups"
-  find /sys/fs/cgroup -mindepth 2 -maxdepth 4 -type d 2>/dev/null | LC_ALL=C sort
+  # process_api: this machine's per-command cgroups come and go.
+  find /sys/fs/cgroup -mindepth 2 -maxdepth 4 -type d ! -path '*/process_api*' 2>/dev/null | LC_ALL=C sort
   echo "## paths"
   local p
   for p in "${HOST_PATHS[@]}" "$STATE"; do [[ -e "$p" ]] && echo "$p"; done
@@ -57,6 +58,9 @@ check() {
   while read -r line; do [[ -n "$line" ]] && report "mount $line"; done < <(mounts_under "$STATE")
   [[ -e "$STATE" ]] && report "directory $STATE"
   ip link show "$BRIDGE" >/dev/null 2>&1 && report "link $BRIDGE"
+  while read -r line; do
+    [[ -n "$line" ]] && report "cgroup of a container $line"
+  done < <(pod_cgroups | grep -E '/[0-9a-f]{64}$' || true)
   local ipt t c
   for ipt in iptables ip6tables; do
     for t in filter nat mangle raw; do

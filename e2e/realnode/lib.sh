@@ -45,7 +45,10 @@ our_processes() {
     [[ -z "$args" ]] && continue
     case "$args" in
       *check-clean.sh*|*node.sh*) continue ;;
-      *"$STATE"*|*kcm-node-kubelet*|*kcm-node-scheduler*) echo "$pid $args" ;;
+      *"$STATE"*) echo "$pid $args" ;;
+      *)
+        # The node's binaries by what runs, not by a mention (a build's args).
+        case "${args%% *}" in */kcm-node-kubelet|*/kcm-node-scheduler) echo "$pid $args" ;; esac ;;
     esac
   done
 }
@@ -57,3 +60,11 @@ mounts_under() {
 
 # Chains named CNI-* or KUBE-* in table $2 of iptables command $1.
 chains() { "$1" -t "$2" -S 2>/dev/null | awk '$1 == "-N" && ($2 ~ /^CNI-/ || $2 ~ /^KUBE-/) { print $2 }'; }
+
+# The cgroups containerd and runc make for pods (cgroupfs driver, no
+# per-QoS hierarchy: <controller>/k8s.io/<container id>), deepest first.
+pod_cgroups() {
+  find /sys/fs/cgroup -mindepth 2 -maxdepth 4 -type d -regextype egrep \
+    -regex '.*/(kubepods[^/]*|k8s\.io|k8s\.io/[0-9a-f]{64})$' 2>/dev/null |
+    awk '{ print length, $0 }' | sort -rn | cut -d' ' -f2-
+}

@@ -318,11 +318,18 @@ down() {
 
   # Cgroups runc made for the pods (it removes them on delete; a killed
   # runtime does not).
-  local d
-  while read -r d; do
-    [[ -n "$d" ]] && rmdir "$d" 2>/dev/null || true
-  done < <(find /sys/fs/cgroup -mindepth 2 -maxdepth 4 -type d -regextype egrep \
-    -regex '.*/(kubepods[^/]*|[0-9a-f]{64}|k8s\.io)$' 2>/dev/null | awk '{ print length, $0 }' | sort -rn | cut -d' ' -f2-)
+  # A container's last processes may take a moment to go: retry for 10 s.
+  local d left i
+  for ((i = 0; i < 20; i++)); do
+    left=0
+    while read -r d; do
+      [[ -z "$d" ]] && continue
+      rmdir "$d" 2>/dev/null || left=1
+    done < <(pod_cgroups)
+    [[ $left -eq 0 ]] && break
+    sleep 0.5
+  done
+  [[ $left -eq 0 ]] || { err "cgroups remain: $(pod_cgroups | tr '\n' ' ')"; failed=1; }
 
   # Default paths the components created although everything is configured
   # into $STATE (containerd 1.6's shim sockets in /run/containerd/s, CNI's
