@@ -97,7 +97,7 @@ pub fn manifests(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(docs) = kcm_manifests::documents(text) else {
+    let Ok(docs) = kcm_yaml_docs::documents(text) else {
         return;
     };
     for d in &docs {

@@ -19,7 +19,7 @@ pub struct Snapshot {
 }
 
 /// Every document of a YAML or JSON file (`-`: stdin), `List`s flattened
-/// (`kcm_manifests::documents`).
+/// (`kcm_yaml_docs::documents`).
 pub fn documents(path: &Path) -> Result<Vec<Value>, ToolError> {
     let text = if path == Path::new("-") {
         std::io::read_to_string(std::io::stdin())
@@ -28,7 +28,7 @@ pub fn documents(path: &Path) -> Result<Vec<Value>, ToolError> {
         std::fs::read_to_string(path)
             .map_err(|e| ToolError(format!("reading {}: {e}", path.display())))?
     };
-    kcm_manifests::documents(&text)
+    kcm_yaml_docs::documents(&text)
         .map_err(|e| ToolError(format!("{}: not YAML or JSON: {e}", path.display())))
 }
 

@@ -1,4 +1,4 @@
-//! kcm-manifests: the documents of a manifest file as `kcm-rs explain`
+//! kcm-yaml-docs: the documents of a manifest file as `kcm-rs explain`
 //! and `kcm-rs lint` read them (YAML or JSON, one or many documents,
 //! `List`s flattened into their items, empty documents dropped).
 //!
