@@ -185,3 +185,40 @@ impl Status {
         Ok(out)
     }
 }
+
+/// A bookmark's object (unwrapped): its `metadata.resourceVersion` and
+/// whether its annotations hold `annotation` = "true" (a streaming list's
+/// `k8s.io/initial-events-end`). Any kind's message has its `ObjectMeta`
+/// at field 1: resourceVersion 6, annotations 12 (map entries {key 1,
+/// value 2}).
+pub fn bookmark(object: &[u8], annotation: &str) -> Result<(String, bool), ProtoError> {
+    let (mut rv, mut marked) = (String::new(), false);
+    let mut r = Reader::new(object);
+    while let Some((field, v)) = r.next()? {
+        if field != 1 {
+            continue;
+        }
+        let mut meta = Reader::new(v.bytes(field)?);
+        while let Some((f, v)) = meta.next()? {
+            match f {
+                6 => rv = v.str(f)?.into_owned(),
+                12 => {
+                    let (mut key, mut value) = (None, None);
+                    let mut entry = Reader::new(v.bytes(f)?);
+                    while let Some((ef, ev)) = entry.next()? {
+                        match ef {
+                            1 => key = Some(ev.bytes(ef)?),
+                            2 => value = Some(ev.bytes(ef)?),
+                            _ => {}
+                        }
+                    }
+                    if key == Some(annotation.as_bytes()) && value == Some(b"true".as_slice()) {
+                        marked = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok((rv, marked))
+}

@@ -8,7 +8,8 @@
 //! - `envelope.rs`: what Kubernetes wraps around messages: the `k8s\0`
 //!   magic and `runtime.Unknown` ([`unwrap_envelope`]), a list's
 //!   resourceVersion and items ([`ListBody`]), one watch event
-//!   ([`WatchEvent`]), the frames of a watch stream ([`next_frame`]) and a
+//!   ([`WatchEvent`]), the frames of a watch stream ([`next_frame`]), a
+//!   bookmark's version and initial-events-end mark ([`bookmark`]) and a
 //!   `metav1.Status` ([`Status`]);
 //! - `writer.rs`: [`Writer`], the inverse, for tests and mock servers.
 //!
@@ -24,7 +25,7 @@ mod reader;
 mod writer;
 
 pub use envelope::{
-    ListBody, MAGIC, Status, WatchEvent, WatchEventType, next_frame, read_frame_len,
+    ListBody, MAGIC, Status, WatchEvent, WatchEventType, bookmark, next_frame, read_frame_len,
     unwrap_envelope,
 };
 pub use reader::{Reader, Value, lossy_str};

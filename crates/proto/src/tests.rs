@@ -185,3 +185,30 @@ fn frames_split_only_when_whole_and_a_huge_prefix_is_refused_at_once() {
     assert_eq!(next_frame(&huge, usize::MAX), Ok(None));
     assert_eq!(next_frame(&[0, 0, 0, 0], 0), Ok(Some((&[][..], 4))));
 }
+
+#[test]
+fn bookmarks_give_their_version_and_the_initial_events_end_mark() {
+    let entry = |k: &str, v: &str| Writer::new().bytes(1, k).bytes(2, v);
+    let marked = Writer::new()
+        .message(
+            1,
+            Writer::new()
+                .bytes(6, "42")
+                .message(12, entry("other", "true"))
+                .message(12, entry("k8s.io/initial-events-end", "true")),
+        )
+        .finish();
+    let key = "k8s.io/initial-events-end";
+    assert_eq!(bookmark(&marked, key), Ok(("42".to_string(), true)));
+    let plain = Writer::new()
+        .message(
+            1,
+            Writer::new()
+                .bytes(6, "43")
+                .message(12, entry(key, "false")),
+        )
+        .finish();
+    assert_eq!(bookmark(&plain, key), Ok(("43".to_string(), false)));
+    assert_eq!(bookmark(&[], key), Ok((String::new(), false)));
+    assert!(bookmark(&[0x0a, 0x05, 0x32], key).is_err());
+}

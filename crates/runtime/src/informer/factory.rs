@@ -5,12 +5,10 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use kube::Api;
-use kube::runtime::watcher;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use super::{Informable, Informer};
+use super::{Informable, Informer, ListWatch};
 
 type Starter = Box<dyn FnOnce(kube::Client, CancellationToken) + Send>;
 
@@ -89,15 +87,11 @@ impl InformerFactory {
         let for_start = Arc::clone(&inf);
         let proto = K::DECODE_PROTO.filter(|_| self.content_type == ContentType::Protobuf);
         let starter: Starter = Box::new(move |client, stop| {
-            if let Some(decode) = proto {
-                tokio::spawn(for_start.run_proto(client, decode, stop));
-                return;
-            }
-            let api = Api::<K::Wire>::all(client);
-            // Resource version "0" lists from the watch cache, as client-go
-            // informers do; a quorum read of every pod is needlessly costly.
-            let config = watcher::Config::default().any_semantic();
-            tokio::spawn(for_start.run(api, config, stop));
+            let settings = ListWatch::from_env();
+            match proto {
+                Some(decode) => tokio::spawn(for_start.run_proto(client, decode, settings, stop)),
+                None => tokio::spawn(for_start.run_with(client, settings, stop)),
+            };
         });
         let for_sync = Arc::clone(&inf);
         let mut entry = Entry {

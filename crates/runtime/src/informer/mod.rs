@@ -2,15 +2,17 @@
 //! indexed store, and fan-out of full events (add, update with the old
 //! object, delete with the last state) to every registered handler.
 //!
-//! JSON watches use kube-runtime's stable `watcher()` (kube 5's shared
-//! streams do not deliver deletes); kinds with a protobuf decoder are
-//! listed and watched in protobuf by our own loop (`proto_watch.rs`) when
-//! the factory is set to it (`--kube-api-content-type`; JSON by default).
-//! Objects missing from a relist are reported as deletes, which the raw
-//! watcher leaves to its consumer.
+//! Layout: `reflector.rs` lists and watches (streaming lists where the
+//! server serves them, client-go's fallback otherwise) in the encoding of
+//! `encoding.rs` (JSON; protobuf for kinds with a protobuf decoder when
+//! the factory is set to it, `--kube-api-content-type`), with watch frames
+//! bounded; `store.rs` holds the indexed cache, `factory.rs` hands out one
+//! informer per kind, `wire.rs`/`trim.rs` shape what is cached. Objects
+//! missing from a relist are reported as deletes.
 
+mod encoding;
 mod factory;
-mod proto_watch;
+mod reflector;
 mod store;
 mod trim;
 mod wire;
@@ -19,9 +21,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
-use futures::StreamExt;
 use kcm_pod::CachedPod;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
 use parking_lot::RwLock;
@@ -29,8 +29,9 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+pub use encoding::{INITIAL_EVENTS_END, MAX_FRAME, PROTOBUF, ProtoDecoder, content_type};
 pub use factory::{ContentType, InformerFactory};
-pub use proto_watch::{PROTOBUF, ProtoDecoder, content_type};
+pub use reflector::ListWatch;
 pub use store::{
     BY_CONTROLLER_UID, BY_NAMESPACE, BY_NODE_NAME, IndexFn, Store, controller_uid_index, key_of,
     namespace_index, namespace_of, object_key, pod_controller_uid_index, pod_node_index,
@@ -316,30 +317,65 @@ impl<K: Informable> Informer<K> {
         }
     }
 
-    /// Runs the watch until `stop` is cancelled.
+    /// Runs the list+watch of `api`'s objects in JSON until `stop` is
+    /// cancelled, as `config` says: its selectors, and streaming lists
+    /// only with [`InitialListStrategy::StreamingList`] (kube's default is
+    /// list, then watch). Its page size and list semantic are not read.
+    ///
+    /// [`InitialListStrategy::StreamingList`]: watcher::InitialListStrategy::StreamingList
     pub async fn run(
         self: Arc<Self>,
         api: Api<K::Wire>,
         config: watcher::Config,
         stop: CancellationToken,
     ) {
-        let _alive = WatchGuard::new(&self.watch, &stop);
-        let mut stream = watcher::watcher(api, config).default_backoff().boxed();
-        let mut relist = None;
-        loop {
-            let next = tokio::select! {
-                _ = stop.cancelled() => return,
-                next = stream.next() => next,
-            };
-            match next {
-                Some(Ok(event)) => self.apply(from_wire::<K>(event), &mut relist),
-                Some(Err(e)) => {
-                    tracing::warn!(kind = %self.kind, "watch error (will retry with backoff): {e}");
-                }
-                None => return,
-            }
-        }
+        let streaming = config.initial_list_strategy == watcher::InitialListStrategy::StreamingList;
+        let env = ListWatch::from_env();
+        let settings = ListWatch {
+            no_streaming: env.no_streaming || !streaming,
+            label_selector: config.label_selector,
+            field_selector: config.field_selector,
+        };
+        self.run_with(api.into_client(), settings, stop).await;
     }
+
+    /// Runs the list+watch of every object of the kind in JSON.
+    pub async fn run_with(
+        self: Arc<Self>,
+        client: kube::Client,
+        settings: ListWatch,
+        stop: CancellationToken,
+    ) {
+        let src = reflector::Source {
+            client,
+            path: path_of::<K>(),
+            encoding: encoding::Encoding::Json,
+            settings,
+        };
+        self.reflect(src, stop).await;
+    }
+
+    /// Runs the list+watch in protobuf, `decode` reading each object.
+    pub async fn run_proto(
+        self: Arc<Self>,
+        client: kube::Client,
+        decode: ProtoDecoder<K>,
+        settings: ListWatch,
+        stop: CancellationToken,
+    ) {
+        let src = reflector::Source {
+            client,
+            path: path_of::<K>(),
+            encoding: encoding::Encoding::Protobuf(decode),
+            settings,
+        };
+        self.reflect(src, stop).await;
+    }
+}
+
+/// The cluster-wide collection path of the kind, e.g. `/api/v1/pods`.
+fn path_of<K: Informable>() -> String {
+    <K::Wire as Resource>::url_path(&(), None)
 }
 
 /// A resourceVersion as etcd writes them: a decimal without a leading zero
@@ -349,17 +385,6 @@ pub fn parse_rv(rv: &str) -> Option<u64> {
         return None;
     }
     rv.parse().ok()
-}
-
-/// A watch event of the wire type as one of the kind.
-fn from_wire<K: Informable>(event: Event<K::Wire>) -> Event<K> {
-    match event {
-        Event::Init => Event::Init,
-        Event::InitApply(w) => Event::InitApply(K::from_wire(w)),
-        Event::InitDone => Event::InitDone,
-        Event::Apply(w) => Event::Apply(K::from_wire(w)),
-        Event::Delete(w) => Event::Delete(K::from_wire(w)),
-    }
 }
 
 /// The namespace/name of a change's object, for handlers.

@@ -1,6 +1,7 @@
-//! Request shapes of the protobuf list+watch against the mock API server:
-//! pages, resume from the last resourceVersion (bookmarks included), relist
-//! after 410 Gone, and the store each answer leaves.
+//! Request shapes of the protobuf list+watch against the mock API server,
+//! streaming lists off (the list+watch fallback): pages, resume from the
+//! last resourceVersion (bookmarks included), relist after 410 Gone, and
+//! the store each answer leaves.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,8 +12,7 @@ use kcm_proto::{Writer, watch_frame};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use super::PROTOBUF;
-use crate::informer::{Change, Informer};
+use crate::informer::{Change, Informer, ListWatch, PROTOBUF};
 
 fn pod(name: &str, rv: &str) -> Writer {
     Writer::new().message(1, Writer::new().bytes(1, name).bytes(3, "ns").bytes(6, rv))
@@ -45,6 +45,10 @@ async fn run_until(
     let task = tokio::spawn(Arc::clone(inf).run_proto(
         mock.client(),
         CachedPod::decode_proto,
+        ListWatch {
+            no_streaming: true,
+            ..ListWatch::default()
+        },
         stop.clone(),
     ));
     while mock.seen().len() < n {
