@@ -225,8 +225,8 @@ chaos-seeds: controlplane
 	if [[ -n "$$failed" ]]; then echo "error: chaos invariants broken on seeds$$failed" >&2; exit 1; fi
 
 ## handover: leader hand-overs (crash, SIGTERM, freeze) of kcm-rs and of
-## upstream KCM's job-controller under the same test; prints the README's
-## leadership table (about 8 minutes; not part of `test`).
+## upstream KCM's job-controller under the same test; prints the
+## leadership table of docs/operating.md (about 8 minutes; not part of `test`).
 handover: controlplane
 	$(CARGO) test -p kcm-e2e --test leadership -- --ignored --nocapture --test-threads=1 handover_table
 

@@ -2,7 +2,7 @@
 //! with its RBAC bootstrap policy intact (no binding deleted), next to the
 //! bootstrap role upstream KCM's controller runs under: one
 //! SubjectAccessReview per verb and resource, for both accounts. The rows
-//! must be the README's table ("Security"), and kcm-rs's rights must be
+//! must be the table of docs/security.md, and kcm-rs's rights must be
 //! exactly what `manifests/base/rbac.yaml` grants: no bootstrap binding
 //! reaches kcm-rs's accounts.
 
@@ -287,11 +287,14 @@ async fn effective_rights_with_the_bootstrap_policy_intact() {
     ));
     let table = rows.join("\n");
     eprintln!("{table}");
-    let readme =
-        std::fs::read_to_string(kcm_e2e::binaries::repo_root().join("README.md")).expect("README");
+    let security = std::fs::read_to_string(kcm_e2e::binaries::repo_root().join("docs/security.md"))
+        .expect("docs/security.md");
     let missing: Vec<&String> = rows
         .iter()
-        .filter(|r| !readme.contains(r.as_str()))
+        .filter(|r| !security.contains(r.as_str()))
         .collect();
-    assert!(missing.is_empty(), "rows not in README.md: {missing:#?}");
+    assert!(
+        missing.is_empty(),
+        "rows not in docs/security.md: {missing:#?}"
+    );
 }

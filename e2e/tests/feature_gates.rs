@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use kcm_e2e::{ControlPlane, binaries};
 use kcm_features::{FeatureGates, KubeVersion};
 
-/// Strings whose verdicts differ on purpose (README deviations): kcm-rs's
+/// Strings whose verdicts differ on purpose (docs/deviations.md): kcm-rs's
 /// own gates, which upstream no longer has, and values of gates kcm-rs
 /// reads but implements only at the minor's default.
 fn deviation(minor: u32, gates: &str) -> Option<&'static str> {

@@ -17,7 +17,7 @@
 //!
 //! `make handover` also runs the ignored `handover_table`: crash, SIGTERM
 //! and freeze for kcm-rs and for upstream KCM's job-controller under the
-//! same test, one line each (the README's leadership table).
+//! same test, one line each (the leadership table of docs/operating.md).
 
 #[path = "manifests/support.rs"]
 #[allow(dead_code)]

@@ -37,13 +37,14 @@ use support::*;
 /// Grafana's `$__rate_interval`, for a 1 s scrape interval and a workload
 /// of under two minutes.
 const RATE_INTERVAL: &str = "2m";
-/// Families with samples only after an API error or a retry (the README's
-/// metric table says which): their selectors cannot match here.
+/// Families with samples only after an API error or a retry (the metric
+/// table of docs/operating.md says which): their selectors cannot match here.
 fn after_errors() -> &'static BTreeSet<String> {
     static SET: OnceLock<BTreeSet<String>> = OnceLock::new();
     SET.get_or_init(|| {
-        let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README");
-        let rows = table::documented(&readme);
+        let reference = std::fs::read_to_string(repo_root().join("docs/operating.md"))
+            .expect("docs/operating.md");
+        let rows = table::documented(&reference);
         let after = rows
             .into_iter()
             .filter(|(_, (_, _, note))| note.contains(table::ONLY_AFTER));
@@ -282,12 +283,13 @@ async fn prometheus_scrapes_kcm_rs_and_every_panel_and_alert_has_data() {
         metrics.lines().count()
     );
 
-    // The README's metric table is what /metrics exposes.
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README");
-    let problems = table::compare(&readme, &metrics, &repo_root().join("crates"));
+    // The metric table of docs/operating.md is what /metrics exposes.
+    let reference =
+        std::fs::read_to_string(repo_root().join("docs/operating.md")).expect("docs/operating.md");
+    let problems = table::compare(&reference, &metrics, &repo_root().join("crates"));
     assert!(
         problems.is_empty(),
-        "README metric table:\n{}",
+        "docs/operating.md metric table:\n{}",
         problems.join("\n")
     );
 

@@ -201,7 +201,8 @@ fn every_alert_links_its_runbook_section() {
     let rules = rule_file();
     let base = format!("{}/blob/main/docs/runbook.md#", repository_url());
     let runbook = std::fs::read_to_string(repo_root().join("docs/runbook.md")).expect("runbook");
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).expect("README");
+    let operating =
+        std::fs::read_to_string(repo_root().join("docs/operating.md")).expect("docs/operating.md");
     let sections: Vec<&str> = runbook
         .lines()
         .filter_map(|l| l.strip_prefix("## "))
@@ -219,10 +220,10 @@ fn every_alert_links_its_runbook_section() {
         if !anchors.contains(&anchor(name)) {
             problems.push(format!("docs/runbook.md has no section `## {name}`"));
         }
-        // The README's "Alerts: what to do" lists it, with the same link.
-        let listed = format!("[{name}](docs/runbook.md#{})", anchor(name));
-        if !readme.contains(&listed) {
-            problems.push(format!("README.md does not list {listed}"));
+        // docs/operating.md's "Alerts: what to do" lists it, with the same link.
+        let listed = format!("[{name}](runbook.md#{})", anchor(name));
+        if !operating.contains(&listed) {
+            problems.push(format!("docs/operating.md does not list {listed}"));
         }
     }
     // No section for an alert that does not exist (renamed or removed).

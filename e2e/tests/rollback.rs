@@ -6,7 +6,7 @@
 //! fields, so no state is lost: every Job completes with exactly its
 //! completions, each succeeded pod counted once, each failed pod counted
 //! once unless its pod failure policy ignores it, and no pod keeps the
-//! finalizer. This is the README's rollback procedure, on the local control
+//! finalizer. This is the rollback procedure of docs/operating.md, on the local control
 //! plane.
 
 #[path = "manifests/support.rs"]

@@ -1,5 +1,16 @@
 //! kcm-rs: the Job, pod GC, taint-eviction and disruption controllers of
 //! kube-controller-manager, in Rust.
+//!
+//! Layout: `main.rs` is the order of start-up (flags and gates, logging,
+//! kubeconfig, the server's version and the minor to behave as, serving,
+//! controller identities, leader election, then the controllers through
+//! `kcm_runtime::controller`) and the exit codes; `flags.rs` the command
+//! line; `startup.rs` the API calls before the Lease is sought (version
+//! probe, tokens and their checks) with their retry bound; `registry.rs`
+//! the controllers by KCM name; `serve.rs` the `/healthz`, `/readyz` and
+//! `/metrics` routes; `logging.rs` text and klog-style JSON logs;
+//! `kubeconfig.rs` loading and in-cluster inference; `tools/` the
+//! `explain` and `lint` subcommands.
 
 mod flags;
 mod kubeconfig;

@@ -17,11 +17,15 @@
 //! KCM, only Jobs naming kcm-rs in `spec.managedBy`). `explain/` and `lint/` are `kcm-rs explain` and
 //! `kcm-rs lint`: they call the same matcher and `sync::prepare`, never a
 //! copy of them. `workload` decides the Workload and PodGroup of a Job
-//! (`WorkloadWithJob`, 1.37; 1.36's v1alpha2 rules in `workload::v136`),
-//! `controller::scheduling` (`scheduling_v136`) makes them; their
-//! informers exist only with that gate on. `conflict` finds a second
-//! writer of Job status; `untrusted` counts and logs what Job and pod
-//! authors wrote that the controller ignores or undoes.
+//! (`WorkloadWithJob`, 1.37; 1.36's rules in `workload::v136` over the
+//! minimal `workload::v1alpha2` types), `controller::scheduling`
+//! (`scheduling_v136`) makes them; their informers exist only with that
+//! gate on. `sync::profile` holds what differs between minors;
+//! `controller::consistency` is 1.36's read-your-writes check. `conflict`
+//! finds a second writer of Job status; `untrusted` counts and logs what
+//! Job and pod authors wrote that the controller ignores or undoes; `mode`
+//! marks the Lease and events with the mode kcm-rs runs in; `metrics` the
+//! `job_controller_*` families.
 
 pub mod active_pods;
 pub mod backoff;

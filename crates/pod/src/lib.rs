@@ -2,7 +2,7 @@
 //!
 //! Layout:
 //! - `lib.rs`: [`CachedPod`] and its accessors, one per field some
-//!   controller reads (the inventory is `docs/lean-cache-plan.md` §1);
+//!   controller reads (`docs/architecture.md`, "The pod cache");
 //! - `types.rs`: the parts ([`Labels`], [`ControllerRef`], [`Toleration`],
 //!   [`Condition`], [`ContainerState`], [`JobAnnotations`]);
 //! - `decode.rs`: serde decoding straight from the watch's JSON, skipping

@@ -11,7 +11,8 @@
 //! Layout: [`decide`] is pure; [`handlers`] turn informer events into work
 //! items; [`workers`] shard them by node as upstream does; [`manager`] keeps
 //! the tainted nodes and applies decisions to the [`timed_queue`] of
-//! scheduled evictions; [`evict`] performs a fired eviction.
+//! scheduled evictions; [`evict`] performs a fired eviction; [`events`]
+//! and [`metrics`] are upstream's reasons and families.
 
 pub mod decide;
 pub mod events;

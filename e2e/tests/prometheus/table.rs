@@ -1,4 +1,4 @@
-//! The README's metric table (between `<!-- metrics:begin -->` and
+//! The metric table of docs/operating.md (between `<!-- metrics:begin -->` and
 //! `<!-- metrics:end -->`) against what kcm-rs exposes: every family on
 //! `/metrics` has a row with its type and label names, and every row is on
 //! `/metrics` unless its note says `after an error` (such a family has no
@@ -41,12 +41,12 @@ pub fn exposed(text: &str) -> Families {
     out
 }
 
-/// The README's rows: name → (type, labels, note).
-pub fn documented(readme: &str) -> BTreeMap<String, (String, BTreeSet<String>, String)> {
-    let begin = readme
+/// The table's rows: name → (type, labels, note).
+pub fn documented(doc_text: &str) -> BTreeMap<String, (String, BTreeSet<String>, String)> {
+    let begin = doc_text
         .find("<!-- metrics:begin -->")
         .expect("metrics:begin marker");
-    let end = readme
+    let end = doc_text
         .find("<!-- metrics:end -->")
         .expect("metrics:end marker");
     let cells = |line: &str| -> Vec<String> {
@@ -59,7 +59,7 @@ pub fn documented(readme: &str) -> BTreeMap<String, (String, BTreeSet<String>, S
             .filter(|l| !l.is_empty() && l != "-")
             .collect()
     };
-    readme[begin..end]
+    doc_text[begin..end]
         .lines()
         .filter(|l| l.starts_with("| `"))
         .map(|l| {
@@ -77,7 +77,7 @@ pub fn documented(readme: &str) -> BTreeMap<String, (String, BTreeSet<String>, S
         .collect()
 }
 
-/// A README row for an exposed family.
+/// A table row for an exposed family.
 pub fn row(name: &str, kind: &str, labels: &BTreeSet<String>) -> String {
     let labels: Vec<String> = labels.iter().map(|l| format!("`{l}`")).collect();
     let labels = if labels.is_empty() {
@@ -88,17 +88,17 @@ pub fn row(name: &str, kind: &str, labels: &BTreeSet<String>) -> String {
     format!("| `{name}` | {kind} | {labels} | |")
 }
 
-/// Every disagreement between the README table and `/metrics`; `source`
+/// Every disagreement between the documented table and `/metrics`; `source`
 /// is searched for the names of families documented as after-error only.
-pub fn compare(readme: &str, metrics: &str, source: &Path) -> Vec<String> {
-    let doc = documented(readme);
+pub fn compare(doc_text: &str, metrics: &str, source: &Path) -> Vec<String> {
+    let doc = documented(doc_text);
     let live = exposed(metrics);
     let mut problems = Vec::new();
     for (name, (kind, labels)) in &live {
         match doc.get(name) {
-            None => problems.push(format!("not in the README: {}", row(name, kind, labels))),
+            None => problems.push(format!("not in the table: {}", row(name, kind, labels))),
             Some((k, l, _)) if (k, l) != (kind, labels) => problems.push(format!(
-                "README says {k} {l:?}: {}",
+                "the table says {k} {l:?}: {}",
                 row(name, kind, labels)
             )),
             Some(_) => {}
@@ -109,7 +109,7 @@ pub fn compare(readme: &str, metrics: &str, source: &Path) -> Vec<String> {
             continue;
         }
         if !note.contains(ONLY_AFTER) {
-            problems.push(format!("in the README, not on /metrics: {name}"));
+            problems.push(format!("in the table, not on /metrics: {name}"));
         } else if !source_mentions(source, &format!("\"{name}\"")) {
             problems.push(format!("{name} ({ONLY_AFTER}) is registered nowhere"));
         }
@@ -144,15 +144,15 @@ fn reads_families_and_rows() {
         (live["h_seconds"].0.as_str(), names(&live["h_seconds"].1)),
         ("histogram", "name".into())
     );
-    let readme = format!(
+    let doc_text = format!(
         "<!-- metrics:begin -->\n| metric | type | labels | note |\n|---|---|---|---|\n{}\n{}\n\
          | `gone_total` | counter | `x` | {ONLY_AFTER} |\n<!-- metrics:end -->",
         row("a_total", "counter", &live["a_total"].1),
         row("g", "gauge", &BTreeSet::new()),
     );
-    let problems = compare(&readme, text, Path::new("/nonexistent"));
+    let problems = compare(&doc_text, text, Path::new("/nonexistent"));
     let want = [
-        "not in the README: | `h_seconds` | histogram | `name` | |",
+        "not in the table: | `h_seconds` | histogram | `name` | |",
         "gone_total (only after) is registered nowhere",
     ];
     assert_eq!(problems, want);

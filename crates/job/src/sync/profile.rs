@@ -21,8 +21,8 @@
 //! `FailureTarget` (but for the pod failure policy's) or `SuccessCriteriaMet`,
 //! and without waiting for terminating pods (upstream `delayTerminalCondition`).
 //!
-//! What kcm-rs does the newer way on every minor (listed deviations in the
-//! README): `status.active` while creation waits for back-off (1.36), the
+//! What kcm-rs does the newer way on every minor (listed in
+//! docs/deviations.md): `status.active` while creation waits for back-off (1.36), the
 //! per-pod retry of a failed finalizer removal in the sweep and the
 //! expectations cleared on Job delete (1.37). Gate removals (1.37) change
 //! nothing at the defaults.

@@ -1,6 +1,6 @@
 //! Scenarios whose upstream result depends on the minor, run on whichever
 //! `KCM_E2E_K8S_VERSION` the suite runs against (`make test-versions` runs
-//! each minor): kcm-rs must match upstream where the README lists no
+//! each minor): kcm-rs must match upstream where docs/deviations.md lists no
 //! deviation, and keep its listed behaviour where it does.
 
 use serde_json::json;
