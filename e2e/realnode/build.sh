@@ -97,11 +97,12 @@ fi
 # test/utils/image/manifest.go), plus those of the project's examples.
 kdir="$(go list "${modflags[@]}" -m -f '{{.Dir}}' k8s.io/kubernetes)"
 manifest="$kdir/test/utils/image/manifest.go"
-image_tag() { # image_tag NAME: the tag manifest.go gives registry image NAME
-  grep -oE "= Config\{list\.[A-Za-z0-9]+, \"$1\", \"[^\"]+\"\}" "$manifest" | head -n1 | cut -d'"' -f4
+image_tag() { # image_tag KEY NAME: the tag manifest.go gives configs[KEY] (image NAME), or nothing
+  { grep -oE "configs\[$1\] = Config\{list\.[A-Za-z0-9]+, \"$2\", \"[^\"]+\"\}" "$manifest" || true; } | head -n1 | cut -d'"' -f4
 }
-busybox_tag="$(image_tag busybox)"; agnhost_tag="$(image_tag agnhost)"; pause_tag="$(image_tag pause)"; httpd_tag="$(image_tag httpd)"
-for t in busybox_tag agnhost_tag pause_tag httpd_tag; do
+busybox_tag="$(image_tag BusyBox busybox)"; agnhost_tag="$(image_tag Agnhost agnhost)"
+pause_tag="$(image_tag Pause pause)"; httpd_tag="$(image_tag Httpd httpd)"
+for t in busybox_tag agnhost_tag pause_tag; do
   [[ -n "${!t}" ]] || { echo "error: no ${t%_tag} image in $manifest" >&2; exit 1; }
 done
 e2e=registry.k8s.io/e2e-test-images
@@ -116,10 +117,14 @@ img="$out/bin/kcm-node-image"
 # this minor's pause instead, and both names point at the same image.
 "$img" --out "$out/images/pause.tar" --file "$out/bin/kcm-node-pause:pause" --entrypoint '["/pause"]' \
   --name "registry.k8s.io/pause:$pause_tag" --name registry.k8s.io/pause:3.6
-# httpd stands in with busybox's httpd applet: it serves /index.html on port 80.
-"$img" --out "$out/images/httpd.tar" --busybox "$busybox" \
-  --text 'usr/local/apache2/htdocs/index.html=<html><body><h1>It works!</h1></body></html>' \
-  --cmd '["httpd", "-f", "-p", "80", "-h", "/usr/local/apache2/htdocs"]' --name "$e2e/httpd:$httpd_tag"
+# httpd (where the minor still lists it) stands in with busybox's httpd
+# applet: it serves /index.html on port 80.
+rm -f "$out/images/httpd.tar"
+if [[ -n "$httpd_tag" ]]; then
+  "$img" --out "$out/images/httpd.tar" --busybox "$busybox" \
+    --text 'usr/local/apache2/htdocs/index.html=<html><body><h1>It works!</h1></body></html>' \
+    --cmd '["httpd", "-f", "-p", "80", "-h", "/usr/local/apache2/htdocs"]' --name "$e2e/httpd:$httpd_tag"
+fi
 echo "registry.k8s.io/pause:$pause_tag" > "$out/images/sandbox-image"
 echo "$images_inputs" > "$out/images/images.stamp"
-echo "images for Kubernetes $version: busybox:$busybox_tag agnhost:$agnhost_tag pause:$pause_tag httpd:$httpd_tag (+ busybox:1.36 for the examples)" >&2
+echo "images for Kubernetes $version: busybox:$busybox_tag agnhost:$agnhost_tag pause:$pause_tag httpd:${httpd_tag:-none} (+ busybox:1.36 for the examples)" >&2

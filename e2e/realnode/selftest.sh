@@ -5,7 +5,7 @@
 #
 #   - a busybox pod exits 42: the kubelet reports exit code 42, the pod is
 #     Failed, its log comes back through the API server;
-#   - an httpd pod with an HTTP readiness probe becomes Ready (the node
+#   - a busybox httpd pod with an HTTP readiness probe becomes Ready (the node
 #     reaches pods through the bridge) and sees only the bridge subnet's
 #     route (no default route: nothing leaves the machine);
 #   - agnhost and the e2e busybox image run (`agnhost --help`, `ls`);
@@ -38,7 +38,6 @@ export KUBECONFIG
 kc() { "$KUBECTL" "$@"; }
 busybox_image="$(ctr --address "$SOCK" -n k8s.io images ls -q | grep '^registry.k8s.io/e2e-test-images/busybox:' | head -n1)"
 agnhost_image="$(ctr --address "$SOCK" -n k8s.io images ls -q | grep '^registry.k8s.io/e2e-test-images/agnhost:' | head -n1)"
-httpd_image="$(ctr --address "$SOCK" -n k8s.io images ls -q | grep '^registry.k8s.io/e2e-test-images/httpd:' | head -n1)"
 
 kc apply -f - >/dev/null <<EOF
 apiVersion: v1
@@ -55,8 +54,9 @@ metadata: {name: web, namespace: default}
 spec:
   containers:
   - name: main
-    image: $httpd_image
+    image: $busybox_image
     imagePullPolicy: Never
+    command: [sh, -c, "echo ok >/tmp/index.html && exec httpd -f -p 80 -h /tmp"]
     readinessProbe:
       httpGet: {path: /index.html, port: 80}
       periodSeconds: 1
