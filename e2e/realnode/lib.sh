@@ -68,3 +68,16 @@ pod_cgroups() {
     -regex '.*/(kubepods[^/]*|k8s\.io|k8s\.io/[0-9a-f]{64})$' 2>/dev/null |
     awk '{ print length, $0 }' | sort -rn | cut -d' ' -f2-
 }
+
+# containerd or shim processes that are not ours (another runtime on this
+# machine, whose default paths `down` must then leave alone).
+other_containerd() {
+  local pid args
+  for pid in /proc/[0-9]*; do
+    args="$(tr '\0' ' ' 2>/dev/null <"$pid/cmdline")" || continue
+    case "${args%% *}" in
+      containerd|*/containerd|*/containerd-shim*|containerd-shim*)
+        [[ "$args" == *"$STATE"* ]] || echo "${pid#/proc/} $args" ;;
+    esac
+  done
+}

@@ -270,6 +270,17 @@ down() {
     say "stopping leftover process $pid: $args"
     kill -KILL "$pid" 2>/dev/null || true
   done < <(our_processes | grep -v kcm-e2e-apiserver || true)
+  # Containers whose runtime died before them (a killed containerd or
+  # shim): runc still has their state; delete --force kills what runs and
+  # removes their cgroups.
+  local ns_root id
+  for ns_root in "$STATE"/runc/*/; do
+    [[ -d "$ns_root" ]] || continue
+    for id in $(runc --root "$ns_root" list -q 2>/dev/null); do
+      say "removing container $id left by a dead runtime"
+      runc --root "$ns_root" delete --force "$id" || failed=1
+    done
+  done
   stop apiserver 20
   # Anything still running of ours (a pid file lost to a crash).
   while read -r pid args; do
@@ -335,7 +346,18 @@ down() {
   # into $STATE (containerd 1.6's shim sockets in /run/containerd/s, CNI's
   # result cache, the kubelet's /var/log/containers links): removed when
   # they did not exist before `up`.
-  if [[ -f "$BASELINE" ]]; then
+  # containerd 1.6 puts shim sockets in /run/containerd/s whatever its
+  # config says, named sha256(<containerd address>/<namespace>/<id>); a
+  # killed shim leaves its socket. Remove ours by name.
+  local task ns
+  for task in "$STATE"/containerd/state/io.containerd.runtime.v2.task/*/*/; do
+    [[ -d "$task" ]] || continue
+    id="$(basename "$task")"; ns="$(basename "$(dirname "$task")")"
+    rm -f "/run/containerd/s/$(printf '%s' "$SOCK/$ns/$id" | sha256sum | cut -d' ' -f1)"
+  done
+  if [[ -n "$(other_containerd)" ]]; then
+    say "another containerd runs here (not ours): leaving ${HOST_PATHS[*]} as they are"
+  elif [[ -f "$BASELINE" ]]; then
     local p
     for p in "${HOST_PATHS[@]}"; do
       if [[ -e "$p" ]] && ! awk '$0 == "## paths" { on = 1; next } /^## / { on = 0 } on' "$BASELINE" | grep -qx -- "$p"; then

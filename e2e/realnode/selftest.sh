@@ -10,7 +10,9 @@
 #     route (no default route: nothing leaves the machine);
 #   - agnhost and the e2e busybox image run (`agnhost --help`, `ls`);
 #   - while the node runs, check-clean.sh reports leftovers; after
-#     node.sh down it reports none.
+#     node.sh down it reports none;
+#   - the same after a crash: containerd, its shims and the kubelet killed
+#     while a pod runs, then node.sh down.
 #
 # usage: e2e/realnode/selftest.sh [--version 1.N]   (root)
 set -euo pipefail
@@ -98,6 +100,26 @@ if out="$("$REALNODE_DIR/check-clean.sh" 2>&1)"; then
 else
   echo "$out"
   check "check-clean.sh after down" "leftovers" "clean"
+fi
+
+# Again after a crash: containerd, the kubelet and the shims killed while a
+# pod runs; down must still leave nothing (runc and the state dir know what
+# ran).
+"$REALNODE_DIR/node.sh" up --version "$version" >/dev/null 2>&1
+trap '"$REALNODE_DIR/node.sh" down >/dev/null 2>&1 || true' EXIT
+kc run sleeper --image="$busybox_image" --image-pull-policy=Never --restart=Never -- sleep 1000 >/dev/null
+kc wait --for=condition=Ready pod/sleeper --timeout=60s >/dev/null || true
+check "sleeper Running before the crash" "$(kc get pod sleeper -o jsonpath='{.status.phase}')" Running
+while read -r pid args; do
+  case "$args" in *containerd*|*kcm-node-kubelet*) kill -KILL "$pid" ;; esac
+done < <(our_processes)
+trap - EXIT
+"$REALNODE_DIR/node.sh" down >/dev/null 2>&1 || true
+if out="$("$REALNODE_DIR/check-clean.sh" 2>&1)"; then
+  check "check-clean.sh after a crash and down" "clean" "clean"
+else
+  echo "$out"
+  check "check-clean.sh after a crash and down" "leftovers" "clean"
 fi
 echo "Kubernetes $version: up ${up_s}s, down ${down_s}s, $failures failure(s)"
 [[ $failures -eq 0 ]]
