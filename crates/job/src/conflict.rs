@@ -15,9 +15,11 @@
 //! `managedFields` entry the API server moved in that very change (never
 //! by entries the author may have planted), "unknown" when none moved.
 //!
-//! What is seen on one Job stops at most that Job: with
-//! `--on-conflict=stop` its syncs wait until [`WINDOW`] passes with no
-//! foreign change on it; every other Job syncs on.
+//! What is seen on one Job stops at most that Job. Every foreign change is
+//! reported; with `--on-conflict=stop` a Job whose status is changed again
+//! by others within [`WINDOW`] ([`STOP_AFTER`] changes: a controller keeps
+//! writing, a person's one-off edit does not) waits until [`WINDOW`] passes
+//! with no foreign change on it; every other Job syncs on.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
@@ -32,6 +34,8 @@ use tokio::time::Instant;
 pub const OWN_MANAGER: &str = "kcm-rs";
 /// A Job stays contested this long after the last foreign change on it.
 pub const WINDOW: Duration = Duration::from_secs(120);
+/// Foreign changes within [`WINDOW`] that stop a Job's syncs.
+pub const STOP_AFTER: u32 = 2;
 /// The writer's name when no `managedFields` entry moved with the change.
 pub const UNKNOWN_WRITER: &str = "unknown";
 /// Writers named on the gauge; later ones count under [`OTHER_WRITER`].
@@ -71,6 +75,8 @@ pub struct Change {
 pub struct Foreign {
     pub writer: String,
     pub rv: u64,
+    /// Foreign changes of this Job within [`WINDOW`], this one included.
+    pub count: u32,
 }
 
 /// How a status write of ours ended.
@@ -152,8 +158,9 @@ struct JobLedger {
     unknown: VecDeque<u64>,
     /// Changes seen while a write was in flight, judged when it ends.
     pending: Vec<Change>,
-    /// The last foreign change: writer and when it was seen.
-    contested: Option<(String, Instant)>,
+    /// The last foreign change: writer, when it was seen, how many
+    /// within [`WINDOW`] of each other.
+    contested: Option<(String, Instant, u32)>,
 }
 
 impl JobLedger {
@@ -168,15 +175,20 @@ impl JobLedger {
             return None;
         }
         let writer = c.writer.unwrap_or_else(|| UNKNOWN_WRITER.to_string());
-        self.contested = Some((writer.clone(), now));
-        Some(Foreign { writer, rv: c.rv })
+        let count = self.live(now).map_or(0, |(_, n)| n) + 1;
+        self.contested = Some((writer.clone(), now, count));
+        Some(Foreign {
+            writer,
+            rv: c.rv,
+            count,
+        })
     }
 
-    fn live(&self, now: Instant) -> Option<&str> {
+    fn live(&self, now: Instant) -> Option<(&str, u32)> {
         self.contested
             .as_ref()
-            .filter(|(_, at)| now.saturating_duration_since(*at) < WINDOW)
-            .map(|(w, _)| w.as_str())
+            .filter(|(_, at, _)| now.saturating_duration_since(*at) < WINDOW)
+            .map(|(w, _, n)| (w.as_str(), *n))
     }
 
     fn idle(&self, now: Instant) -> bool {
@@ -212,7 +224,11 @@ impl Ledger {
 
     /// A status write of ours to `key` is about to be sent.
     pub fn begin(&self, key: &str) {
-        self.jobs.lock().entry(key.to_string()).or_default().in_flight += 1;
+        self.jobs
+            .lock()
+            .entry(key.to_string())
+            .or_default()
+            .in_flight += 1;
     }
 
     /// That write ended; the changes seen meanwhile that were not ours.
@@ -264,12 +280,19 @@ impl Ledger {
             .lock()
             .get(key)
             .and_then(|l| l.live(now))
-            .map(str::to_string)
+            .map(|(w, _)| w.to_string())
     }
 
-    /// Whether `key`'s sync waits now.
+    /// Whether `key`'s sync waits now: stopping, and others changed its
+    /// status [`STOP_AFTER`] times within [`WINDOW`].
     pub fn blocks(&self, key: &str, now: Instant) -> bool {
-        self.on_conflict == OnConflict::Stop && self.contested(key, now).is_some()
+        self.on_conflict == OnConflict::Stop
+            && self
+                .jobs
+                .lock()
+                .get(key)
+                .and_then(|l| l.live(now))
+                .is_some_and(|(_, n)| n >= STOP_AFTER)
     }
 
     /// The Job is gone.
@@ -283,7 +306,7 @@ impl Ledger {
         let mut jobs = self.jobs.lock();
         jobs.retain(|_, l| !l.idle(now));
         let mut out: BTreeMap<String, i64> = BTreeMap::new();
-        for w in jobs.values().filter_map(|l| l.live(now)) {
+        for (w, _) in jobs.values().filter_map(|l| l.live(now)) {
             let name = if out.contains_key(w) || out.len() < MAX_WRITERS {
                 w
             } else {

@@ -35,14 +35,30 @@ fn only_a_status_change_is_a_change_and_the_moved_entry_names_its_writer() {
     let t1 = "2025-01-01T00:00:05Z";
     // The author's planted entry (a controller manager, far in the future)
     // is in both versions: it names nobody.
-    let forged = entry("kube-controller-manager", Some("status"), "2099-01-01T00:00:00Z");
-    let old = job("10", 1, json!([forged, entry("kcm-rs", Some("status"), t0)]));
+    let forged = entry(
+        "kube-controller-manager",
+        Some("status"),
+        "2099-01-01T00:00:00Z",
+    );
+    let old = job(
+        "10",
+        1,
+        json!([forged, entry("kcm-rs", Some("status"), t0)]),
+    );
     let same_status = job("11", 1, json!([forged, entry("kubectl", None, t1)]));
-    assert_eq!(status_change(&old, &same_status), None, "spec/metadata only");
+    assert_eq!(
+        status_change(&old, &same_status),
+        None,
+        "spec/metadata only"
+    );
     let new = job(
         "12",
         2,
-        json!([forged, entry("kcm-rs", Some("status"), t0), entry("x-ctl", Some("status"), t1)]),
+        json!([
+            forged,
+            entry("kcm-rs", Some("status"), t0),
+            entry("x-ctl", Some("status"), t1)
+        ]),
     );
     let c = status_change(&old, &new).expect("a status change");
     assert_eq!((c.rv, c.writer.as_deref()), (12, Some("x-ctl")));
@@ -76,8 +92,19 @@ fn a_change_at_a_version_we_did_not_write_is_foreign_and_stops_only_that_job() {
     let f = l
         .observe(KEY, change(9, Some("kube-controller-manager")), now)
         .expect("foreign");
-    assert_eq!(f.writer, "kube-controller-manager");
-    assert!(l.blocks(KEY, now));
+    assert_eq!((f.writer.as_str(), f.count), ("kube-controller-manager", 1));
+    assert!(
+        !l.blocks(KEY, now),
+        "a one-off edit is reported, not stopped"
+    );
+    let f = l
+        .observe(KEY, change(10, Some("kube-controller-manager")), now)
+        .expect("foreign");
+    assert_eq!(f.count, 2);
+    assert!(
+        l.blocks(KEY, now),
+        "a writer that keeps writing stops the Job"
+    );
     assert!(!l.blocks("ns/other", now), "one Job only");
     assert_eq!(
         l.by_writer(now),
@@ -91,7 +118,8 @@ fn a_change_at_a_version_we_did_not_write_is_foreign_and_stops_only_that_job() {
         found,
         vec![Foreign {
             writer: UNKNOWN_WRITER.into(),
-            rv: 20
+            rv: 20,
+            count: 1,
         }]
     );
     // The contest expires two minutes after the last foreign change.
@@ -100,6 +128,7 @@ fn a_change_at_a_version_we_did_not_write_is_foreign_and_stops_only_that_job() {
     assert!(l.by_writer(later).is_empty());
     let c = Ledger::new(OnConflict::Continue);
     assert!(c.observe(KEY, change(3, None), now).is_some());
+    assert!(c.observe(KEY, change(4, None), now).is_some());
     assert!(c.contested(KEY, now).is_some() && !c.blocks(KEY, now));
     c.forget(KEY);
     assert!(c.contested(KEY, now).is_none());
@@ -115,7 +144,10 @@ fn a_write_without_an_answer_is_recognised_by_what_it_said() {
     let mut c = change(30, None);
     c.print = sent;
     assert_eq!(l.observe(KEY, c, now), None, "it was written after all");
-    assert!(l.observe(KEY, change(31, None), now).is_some(), "but not twice");
+    assert!(
+        l.observe(KEY, change(31, None), now).is_some(),
+        "but not twice"
+    );
     l.begin("ns/r");
     assert!(l.end("ns/r", Outcome::Refused, now).is_empty());
     assert!(l.observe("ns/r", change(40, None), now).is_some());

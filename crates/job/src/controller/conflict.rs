@@ -2,8 +2,9 @@
 //! Job updates and the controller's own status writes; for each foreign
 //! status change, an error log line and a Warning `ConflictingController`
 //! event on that Job naming the writer, and `kcm_rs_conflicting_controller`
-//! by writer. With `--on-conflict=stop` only that Job's syncs wait, looked
-//! at again every [`RECHECK`] until the contest expires.
+//! by writer. With `--on-conflict=stop` only that Job's syncs wait (once
+//! others changed it [`STOP_AFTER`] times), looked at again every
+//! [`RECHECK`] until the contest expires.
 
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
@@ -15,7 +16,7 @@ use prometheus::{IntGaugeVec, Opts};
 
 use super::JobController;
 use super::port::JobPort;
-use crate::conflict::{Foreign, Outcome, WINDOW, fingerprint, status_change};
+use crate::conflict::{Foreign, Outcome, STOP_AFTER, WINDOW, fingerprint, status_change};
 
 /// The event reason on a Job another writer changes.
 pub const REASON: &str = "ConflictingController";
@@ -77,12 +78,9 @@ impl<P: JobPort> JobController<P> {
     ) -> Result<kcm_runtime::client::Written, kube::Error> {
         self.conflict.begin(key);
         let result = self.port.write_status(job).await;
-        let rv = result.as_ref().map(|w| {
-            w.metadata
-                .resource_version
-                .as_deref()
-                .and_then(parse_rv)
-        });
+        let rv = result
+            .as_ref()
+            .map(|w| w.metadata.resource_version.as_deref().and_then(parse_rv));
         let outcome = outcome(&rv, job);
         for f in self.conflict.end(key, outcome, self.clock.instant()) {
             self.report_conflict(job, key, &f);
@@ -90,20 +88,33 @@ impl<P: JobPort> JobController<P> {
         result
     }
 
+    /// Reports a foreign change: the first of a contest (a warning) and the
+    /// one that stops the Job (an error); the others only move the gauge.
     fn report_conflict(&self, job: &Job, key: &str, f: &Foreign) {
+        let stops = self.conflict.blocks(key, self.clock.instant());
+        if f.count > 1 && !(stops && f.count == STOP_AFTER) {
+            self.refresh_conflict_gauge();
+            return;
+        }
         let msg = format!(
             "another writer ({}) changed this Job's status (resourceVersion {}), which kcm-rs did \
-             not write: a second Job controller (kube-controller-manager's job-controller must be \
-             off: --controllers=...,-job-controller while kcm-rs runs){}",
+             not write: {}",
             f.writer,
             f.rv,
-            if self.conflict.blocks(key, self.clock.instant()) {
-                "; kcm-rs stops syncing this Job until it is left alone for 2 minutes"
+            if stops {
+                "it keeps writing, as a second Job controller does (kube-controller-manager's \
+                 job-controller must be off: --controllers=...,-job-controller while kcm-rs runs); \
+                 kcm-rs stops syncing this Job until it is left alone for 2 minutes"
             } else {
-                ""
+                "a second Job controller, or a hand edit (kube-controller-manager's job-controller \
+                 must be off: --controllers=...,-job-controller while kcm-rs runs)"
             }
         );
-        tracing::error!(job = %key, writer = %f.writer, rv = f.rv, "another controller writes this Job: {msg}");
+        if stops {
+            tracing::error!(job = %key, writer = %f.writer, rv = f.rv, "another controller writes this Job: {msg}");
+        } else {
+            tracing::warn!(job = %key, writer = %f.writer, rv = f.rv, "another writer changed this Job: {msg}");
+        }
         self.event(job, true, REASON, msg);
         self.refresh_conflict_gauge();
     }
