@@ -105,7 +105,8 @@ async fn informer_sees_add_update_delete_and_deletes_missed_while_down() {
     wait_seen(&seen, "delete live").await;
     assert!(informer.store().by_index(BY_NODE_NAME, &node).is_empty());
 
-    // Take the watch down, delete a pod, bring a new watch up: the relist
+    // Take the watch down, delete a pod, bring a new watch up (a streaming
+    // list this time): the relist
     // must report the delete it never saw as an event.
     stop.cancel();
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -118,7 +119,7 @@ async fn informer_sees_add_update_delete_and_deletes_missed_while_down() {
     let restart = CancellationToken::new();
     tokio::spawn(Arc::clone(&informer).run(
         Api::<WirePod>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
+        watcher::Config::default().streaming_lists(),
         restart.clone(),
     ));
     wait_seen(&seen, "delete before").await;

@@ -113,20 +113,45 @@ fn fault_response(fault: Fault, path: &str) -> Response<Out> {
     }
 }
 
-/// Streams `body` to the client; with `cut_at`, drops the stream then.
-fn stream(body: Incoming, guard: Guard, cut_at: Option<tokio::time::Instant>) -> Out {
+/// The annotation of the bookmark that ends a streaming list's initial
+/// events.
+const INITIAL_EVENTS_END: &[u8] = b"k8s.io/initial-events-end";
+
+/// Streams `body` to the client; with `cut_at`, drops the stream then;
+/// with `cut_initial`, drops it just before the line of the bookmark that
+/// ends a streaming list's initial events (the lines before it forwarded).
+fn stream(
+    body: Incoming,
+    guard: Guard,
+    cut_at: Option<tokio::time::Instant>,
+    cut_initial: bool,
+) -> Out {
     struct State {
         body: Incoming,
         guard: Guard,
         cut_at: Option<tokio::time::Instant>,
+        cut_initial: bool,
+        /// The end of the last whole line seen (a bookmark line may span
+        /// chunks): bytes held back from the client until their line ends.
+        held: Vec<u8>,
+        cut: bool,
     }
     let first = Some(State {
         body,
         guard,
         cut_at,
+        cut_initial,
+        held: Vec::new(),
+        cut: false,
     });
     let s = futures::stream::unfold(first, |st| async move {
         let mut st = st?;
+        if st.cut {
+            st.guard.finish(false);
+            let e =
+                std::io::Error::other("watch stream cut in its initial events by the fault proxy");
+            return Some((Err(e), None));
+        }
         let next = match st.cut_at {
             Some(at) => match tokio::time::timeout_at(at, st.body.frame()).await {
                 Ok(next) => next,
@@ -142,6 +167,28 @@ fn stream(body: Incoming, guard: Guard, cut_at: Option<tokio::time::Instant>) ->
             None => {
                 st.guard.finish(true);
                 None
+            }
+            Some(Ok(frame)) if st.cut_initial => {
+                let Ok(data) = frame.into_data() else {
+                    return Some((Ok(hyper::body::Frame::data(Bytes::new())), Some(st)));
+                };
+                st.held.extend_from_slice(&data);
+                // Forward whole lines only; stop before the marked one.
+                let marked = find(&st.held, INITIAL_EVENTS_END);
+                let upto = match marked {
+                    Some(at) => st.held[..at]
+                        .iter()
+                        .rposition(|&b| b == b'\n')
+                        .map_or(0, |i| i + 1),
+                    None => st
+                        .held
+                        .iter()
+                        .rposition(|&b| b == b'\n')
+                        .map_or(0, |i| i + 1),
+                };
+                let out: Vec<u8> = st.held.drain(..upto).collect();
+                st.cut = marked.is_some();
+                Some((Ok(hyper::body::Frame::data(Bytes::from(out))), Some(st)))
             }
             Some(Ok(frame)) => Some((Ok(frame), Some(st))),
             Some(Err(e)) => {
@@ -350,9 +397,15 @@ async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Response<Ou
         }) => Some(tokio::time::Instant::now() + cut_after),
         _ => None,
     };
+    let cut_initial = injection.is_some_and(|i| i.fault == Fault::WatchCutInitial);
     strip_hop_by_hop(&mut head.headers);
     Ok(sent(Response::from_parts(
         head,
-        stream(upstream_body, guard, cut_at),
+        stream(upstream_body, guard, cut_at, cut_initial),
     )))
+}
+
+/// Where `needle` first occurs in `hay`.
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }

@@ -21,6 +21,7 @@
 //! | stall | every request | the real answer, held for the stall duration (30 s by default) |
 //! | watch cut | watches | the stream dropped (no final chunk) after 0.5–5 s |
 //! | watch 410 | watches | 200, one `ERROR` event with a 410 `Expired` Status, end of stream |
+//! | watch cut in initial events | scripted streaming lists | the stream dropped just before the line of the `k8s.io/initial-events-end` bookmark |
 //! | delay | every request but watches, when [`FaultSettings::delay`] is set | the request held 2–10 s *before* it is forwarded, then forwarded even if the client is gone |
 //!
 //! Error answers to writes are injected half **before** forwarding (the

@@ -69,6 +69,12 @@ pub enum Fault {
     /// possibly after its sender gave up or was killed. Only drawn when
     /// [`Planner::delay`] is set (scripts may always use it).
     Delay,
+    /// A streaming list (`sendInitialEvents=true`) cut during its initial
+    /// events: forwarded up to the line before the bookmark annotated
+    /// `k8s.io/initial-events-end`, then dropped (no final chunk). Scripts
+    /// only (never drawn, not in [`Fault::ALL`]); a watch without that
+    /// bookmark runs uncut.
+    WatchCutInitial,
 }
 
 impl Fault {
@@ -95,6 +101,7 @@ impl Fault {
             Fault::WatchCut => "watch cut",
             Fault::WatchGone => "watch 410",
             Fault::Delay => "delay",
+            Fault::WatchCutInitial => "watch cut in initial events",
         }
     }
 
@@ -106,7 +113,11 @@ impl Fault {
             Fault::ServiceUnavailable => Some(503),
             Fault::Conflict => Some(409),
             Fault::NotFound => Some(404),
-            Fault::Stall | Fault::WatchCut | Fault::WatchGone | Fault::Delay => None,
+            Fault::Stall
+            | Fault::WatchCut
+            | Fault::WatchGone
+            | Fault::Delay
+            | Fault::WatchCutInitial => None,
         }
     }
 }

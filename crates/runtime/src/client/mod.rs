@@ -20,7 +20,11 @@
 //! 5. [`AttemptMetrics`] counts every HTTP attempt in
 //!    `rest_client_requests_total{code,method,host}`.
 //! 6. A `tower::buffer::Buffer` making kube's boxed default stack (base URI,
-//!    auth, extra headers, tracing, hyper) cloneable for the layers above.
+//!    auth, extra headers) cloneable for the layers above.
+//! 7. [`transport`]: the connection, shared by every client of the process
+//!    that talks to the same server with the same TLS identity: HTTP/2 by
+//!    ALPN (one multiplexed connection), HTTP/1.1 otherwise. (Through an
+//!    HTTP proxy: kube's own connector, HTTP/1.1.)
 
 mod deadline;
 pub mod identity;
@@ -30,6 +34,7 @@ mod ratelimit;
 mod retry;
 #[cfg(test)]
 mod tests;
+pub mod transport;
 
 use std::sync::Arc;
 
@@ -146,18 +151,41 @@ fn build(
     if tokio::runtime::Handle::try_current().is_err() {
         return Err(ClientError::NoRuntime);
     }
-    let stack = ClientStack::new(opts, &host_label(&config.cluster_url))?;
+    let host = host_label(&config.cluster_url);
+    let stack = ClientStack::new(opts, &host)?;
     // Off: kube's default would retry any verb (POST included) on
     // 429/503/504 up to 15 times, up to 1000 s apart. `stack` retries instead.
     config.default_retry = false;
-    let builder = ClientBuilder::try_from(config)?;
-    Ok(match token {
+    if config.proxy_url.is_some() {
+        // kube's connector speaks to proxies; ours does not.
+        let builder = ClientBuilder::try_from(config)?;
+        return Ok(with_stack(builder, &stack, token));
+    }
+    let service = transport::service(&config, &host, transport::http2_from_env())?;
+    let builder = ClientBuilder::new(service, config.default_namespace);
+    Ok(with_stack(builder, &stack, token))
+}
+
+/// `builder` under the client stack (and a controller's own token).
+fn with_stack<S, B>(
+    builder: ClientBuilder<S>,
+    stack: &ClientStack,
+    token: Option<identity::TokenSource>,
+) -> kube::Client
+where
+    S: Service<Request<Body>, Response = http::Response<B>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError> + Send + Sync,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    match token {
         Some(t) => builder
-            .with_layer(&stack)
+            .with_layer(stack)
             .with_layer(&identity::BearerLayer(t))
             .build(),
-        None => builder.with_layer(&stack).build(),
-    })
+        None => builder.with_layer(stack).build(),
+    }
 }
 
 /// The user agent of a controller client, shaped like KCM's
