@@ -10,7 +10,9 @@
 //!
 //! At most [`MAX_CONNECTIONS`] are open. When full, a new connection closes
 //! another, the first of these kinds that has one, oldest first:
-//! 1. half-open (read, and it had sent nothing);
+//! 1. half-open (read, and it had sent nothing [`HALF_OPEN_AFTER`] after
+//!    it was accepted: a client's first bytes may trail its connect, and a
+//!    scraper connecting amid a flood must not be taken for half-open);
 //! 2. every request in flight waits for a review of a credential never
 //!    authorized (a random token: `auth.rs`), on a connection that never
 //!    had a request authorized;
@@ -25,6 +27,16 @@
 //! connections sending random tokens (which wait on reviews) cannot keep an
 //! authorized scraper out; only when every one is inside such a request is
 //! the new one refused.
+//!
+//! An HTTP/1 connection of the second kind is *released* rather than cut:
+//! it leaves the count at once, its request is answered when due (a 429
+//! [`crate::review::REVIEW_WAIT`] after it began, or the review's answer)
+//! with `Connection: close`, then it closes ([`RELEASE_GRACE`] at most; at
+//! most [`MAX_CONNECTIONS`] released at once, else cut). A client cut
+//! reconnects at once, and each reconnection costs a TLS handshake: more
+//! hostile connections than the cap would otherwise keep the server busy
+//! with handshakes, away from the scrapers; released, each comes back at
+//! most once per [`crate::review::REVIEW_WAIT`].
 
 use std::collections::BTreeMap;
 use std::io;
@@ -44,6 +56,10 @@ pub const MAX_CONNECTIONS: usize = 1024;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const READ_HEADER_TIMEOUT: Duration = Duration::from_secs(32);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long a released connection may take to answer and close.
+pub const RELEASE_GRACE: Duration = Duration::from_secs(3);
+/// A connection silent this long after its accept is half-open.
+pub const HALF_OPEN_AFTER: Duration = Duration::from_secs(1);
 
 const HANDSHAKE: u8 = 0;
 const IDLE: u8 = 1;
@@ -73,6 +89,8 @@ pub struct ConnState {
     epoch: Instant,
     /// Cancelled when the connection is evicted.
     pub evicted: CancellationToken,
+    /// Cancelled when it is released (module note).
+    pub released: CancellationToken,
 }
 
 impl ConnState {
@@ -89,6 +107,7 @@ impl ConnState {
             polled: false.into(),
             epoch: Instant::now(),
             evicted: CancellationToken::new(),
+            released: CancellationToken::new(),
         }
     }
 
@@ -151,7 +170,10 @@ impl ConnState {
     fn rank(&self) -> Option<u8> {
         let phase = self.phase.load(Ordering::Relaxed);
         let trusted = self.trusted.load(Ordering::Relaxed);
-        if self.polled.load(Ordering::Relaxed) && !self.received.load(Ordering::Relaxed) {
+        if self.polled.load(Ordering::Relaxed)
+            && !self.received.load(Ordering::Relaxed)
+            && self.epoch.elapsed() >= HALF_OPEN_AFTER
+        {
             return Some(1);
         }
         match phase {
@@ -239,6 +261,8 @@ impl ConnMetrics {
 /// The open connections, oldest first.
 pub struct Tracker {
     max: usize,
+    /// Released connections still open.
+    released: AtomicUsize,
     metrics: ConnMetrics,
     next: AtomicU64,
     conns: Mutex<BTreeMap<u64, Arc<ConnState>>>,
@@ -253,6 +277,9 @@ pub struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        if self.state.released.is_cancelled() {
+            self.tracker.released.fetch_sub(1, Ordering::Relaxed);
+        }
         let mut conns = self.tracker.conns.lock();
         conns.remove(&self.id);
         let open = i64::try_from(conns.len()).unwrap_or(i64::MAX);
@@ -264,6 +291,7 @@ impl Tracker {
     pub fn new(max: usize, metrics: ConnMetrics) -> Arc<Self> {
         Arc::new(Tracker {
             max: max.max(1),
+            released: AtomicUsize::new(0),
             metrics,
             next: AtomicU64::new(0),
             conns: Mutex::new(BTreeMap::new()),
@@ -288,12 +316,22 @@ impl Tracker {
                     }
                 }
             }
-            let Some((_, oldest)) = victim else {
+            let Some((rank, oldest)) = victim else {
                 self.metrics.closed.with_label_values(&["refused"]).inc();
                 return None;
             };
             if let Some(s) = conns.remove(&oldest) {
-                s.evicted.cancel();
+                let release = rank == 2
+                    && !s.h2.load(Ordering::Relaxed)
+                    && self.released.fetch_add(1, Ordering::Relaxed) < self.max;
+                if release {
+                    s.released.cancel();
+                } else {
+                    if rank == 2 && !s.h2.load(Ordering::Relaxed) {
+                        self.released.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    s.evicted.cancel();
+                }
                 self.metrics.closed.with_label_values(&["evicted"]).inc();
             }
         }
@@ -313,6 +351,11 @@ impl Tracker {
 
     pub fn open(&self) -> usize {
         self.conns.lock().len()
+    }
+
+    /// Released connections not closed yet.
+    pub fn released(&self) -> usize {
+        self.released.load(Ordering::Relaxed)
     }
 }
 
@@ -374,15 +417,23 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
 /// reason it was cut, if it was.
 pub async fn supervise<F: std::future::Future>(conn: F, state: &ConnState) -> Option<&'static str> {
     tokio::pin!(conn);
+    let mut release_by: Option<Instant> = None;
     loop {
         // Inside a request: look again later (requests here are short).
         let wake = state
             .deadline()
             .unwrap_or_else(|| Instant::now() + READ_HEADER_TIMEOUT);
+        let wake = release_by.map_or(wake, |r| r.min(wake));
         tokio::select! {
             _ = &mut conn => return None,
             () = state.evicted.cancelled() => return Some("evicted: too many connections"),
+            () = state.released.cancelled(), if release_by.is_none() => {
+                release_by = Some(Instant::now() + RELEASE_GRACE);
+            }
             () = tokio::time::sleep_until(wake) => {
+                if release_by.is_some_and(|r| r <= Instant::now()) {
+                    return Some("released: not closed in time");
+                }
                 if state.deadline().is_some_and(|d| d <= Instant::now()) {
                     return Some(match state.phase.load(Ordering::Relaxed) {
                         IDLE => "idle timeout",
@@ -417,16 +468,22 @@ mod tests {
         assert_eq!(t.metrics.closed.with_label_values(&["refused"]).get(), 1);
     }
 
-    #[tokio::test]
-    async fn half_open_connections_go_first() {
+    #[tokio::test(start_paused = true)]
+    async fn half_open_connections_go_first_once_silent_for_a_while() {
         let t = Tracker::new(2, ConnMetrics::register(&prometheus::Registry::new()));
         let talking = t.admit().expect("talking");
         talking.state.on_read();
+        // Just accepted, read once, nothing yet: a client about to speak.
         let silent = t.admit().expect("silent");
         silent.state.polled.store(true, Ordering::Relaxed);
+        let newer = t.admit().expect("newer");
+        assert!(talking.state.evicted.is_cancelled(), "the oldest goes");
+        assert!(!silent.state.evicted.is_cancelled());
+        newer.state.on_read();
+        tokio::time::advance(HALF_OPEN_AFTER).await;
         let _new = t.admit().expect("new");
-        assert!(silent.state.evicted.is_cancelled());
-        assert!(!talking.state.evicted.is_cancelled());
+        assert!(silent.state.evicted.is_cancelled(), "half-open now");
+        assert!(!newer.state.evicted.is_cancelled());
     }
 
     /// A connection that sent its first request (headers being read).
@@ -458,9 +515,10 @@ mod tests {
         let order = [&unknown, &refused, &lingering, &fresh, &trusted];
         for (i, victim) in order.iter().enumerate() {
             let newcomer = t.admit().expect("room is made");
-            assert!(victim.state.evicted.is_cancelled(), "victim {i}");
+            let gone = |s: &Slot| s.state.evicted.is_cancelled() || s.state.released.is_cancelled();
+            assert!(gone(victim), "victim {i}");
             for later in &order[i + 1..] {
-                assert!(!later.state.evicted.is_cancelled(), "{i}: too early");
+                assert!(!gone(later), "{i}: too early");
             }
             // Newcomers are inside a request on known credentials.
             let busy = newcomer.state.begin();
@@ -472,6 +530,48 @@ mod tests {
             t.admit().is_none(),
             "only requests on known credentials left"
         );
+    }
+
+    #[tokio::test]
+    async fn http1_connections_waiting_on_unknown_credentials_are_released() {
+        let t = Tracker::new(1, ConnMetrics::register(&prometheus::Registry::new()));
+        let waiting = |t: &Arc<Tracker>, h2: bool| {
+            let c = t.admit().expect("slot");
+            c.state.handshaken(h2);
+            c.state.on_read();
+            let busy = c.state.begin();
+            let wait = c.state.waiting_unknown();
+            (c, busy, wait)
+        };
+        let (a, _a_busy, _a_wait) = waiting(&t, false);
+        let (b, _b_busy, _b_wait) = waiting(&t, false);
+        assert!(a.state.released.is_cancelled() && !a.state.evicted.is_cancelled());
+        assert_eq!((t.open(), t.released()), (1, 1));
+        // At most `max` released at once: then cut.
+        let (c, _c_busy, _c_wait) = waiting(&t, true);
+        assert!(b.state.evicted.is_cancelled(), "no room to release");
+        assert_eq!(t.released(), 1);
+        drop(a);
+        assert_eq!(t.released(), 0);
+        // HTTP/2 (many streams): cut.
+        let _d = t.admit().expect("d");
+        assert!(c.state.evicted.is_cancelled());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_released_connection_has_a_grace_to_close() {
+        let s = ConnState::new();
+        s.handshaken(false);
+        s.released.cancel();
+        let began = Instant::now();
+        let cut = supervise(std::future::pending::<()>(), &s).await;
+        assert_eq!(cut, Some("released: not closed in time"));
+        assert_eq!(began.elapsed(), RELEASE_GRACE);
+        // One that finishes in time is not cut.
+        let s = ConnState::new();
+        s.released.cancel();
+        let done = supervise(tokio::time::sleep(Duration::from_secs(1)), &s).await;
+        assert_eq!(done, None);
     }
 
     #[tokio::test]

@@ -12,7 +12,11 @@
 //!   in it), at most [`MAX_WAITING`] waiting and at most
 //!   [`MAX_WAITING_PER_SOURCE`] of them from one source address (an IPv6
 //!   /64 counts as one), so one client cannot fill the queue ahead of
-//!   another. A request waits at most [`REVIEW_WAIT`]; else 429;
+//!   another. A request waits at most [`REVIEW_WAIT`]; else 429. (The
+//!   server sends every 429 [`REVIEW_WAIT`] after the request began, holding
+//!   nothing of it meanwhile: a hostile connection then sends one request
+//!   per [`REVIEW_WAIT`], not as many as the CPU can answer, which would
+//!   crowd the scrapers out of the CPU);
 //! * [`Flights`]: concurrent requests needing the same review (same token,
 //!   same user and path) share one call (single-flight, as k8s.io/apiserver's
 //!   cached token authenticator). A request that goes away mid-review hands
@@ -408,10 +412,11 @@ mod tests {
         }
         settle(&gate, MAX_WAITING).await;
         let began = Instant::now();
+        assert!(gate.enter(Lane::Known).await.is_some(), "known: own lane");
+        assert_eq!(began.elapsed(), Duration::ZERO);
         let other: IpAddr = "10.9.9.9".parse().expect("ip");
         assert!(gate.enter(Lane::Unknown(Some(other))).await.is_none());
         assert_eq!(began.elapsed(), Duration::ZERO);
-        assert!(gate.enter(Lane::Known).await.is_some(), "known: own lane");
         for p in parked {
             assert!(!p.await.expect("task"));
         }

@@ -30,13 +30,15 @@ use axum::response::{IntoResponse, Response};
 use http_body::Body as _;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use crate::auth::{Authn, Authz, Delegate, Origin, User, cert_user};
 use crate::close::{Reclaim, linger};
-use crate::conn::{ConnState, Tracker, Watched, supervise};
+use crate::conn::{ConnState, Tracker, UnknownWait, Watched, supervise};
 use crate::reload::Reloader;
+use crate::review::REVIEW_WAIT;
 
 /// KCM's HTTP/2 limits (secure_serving.go).
 const H2_MAX_STREAMS: u32 = 100;
@@ -87,7 +89,18 @@ fn refuse_unread(req: &Request) -> Option<Response> {
     Some(resp)
 }
 
+/// A 429 sent [`REVIEW_WAIT`] after the request began: the request is
+/// dropped first, and the connection (HTTP/1) sends nothing more meanwhile,
+/// so a flood of refused requests costs a timer each, not the CPU a
+/// scraper needs. `_wait` keeps the connection among the first closed.
+async fn overloaded(req: Request, began: Instant, _wait: Option<UnknownWait>) -> Response {
+    drop(req);
+    tokio::time::sleep_until(began + REVIEW_WAIT).await;
+    too_many()
+}
+
 async fn check(State(d): State<Arc<Delegate>>, req: Request, next: Next) -> Response {
+    let began = Instant::now();
     let peer = req.extensions().get::<Peer>().cloned();
     let conn = peer.as_ref().map(|p| Arc::clone(&p.conn));
     let refuse = |resp: Response| {
@@ -128,6 +141,9 @@ async fn check(State(d): State<Arc<Delegate>>, req: Request, next: Next) -> Resp
     let authn = d
         .authenticate_from(cert.as_ref(), bearer.as_deref(), origin)
         .await;
+    if authn == Authn::Overloaded {
+        return refuse(overloaded(req, began, waiting).await);
+    }
     drop(waiting);
     let user = match authn {
         Authn::User(u) => u,
@@ -142,6 +158,9 @@ async fn check(State(d): State<Arc<Delegate>>, req: Request, next: Next) -> Resp
     let verb = req.method().as_str().to_ascii_lowercase();
     let waiting = unknown_wait(d.decision_unknown(&user, &verb, &path));
     let authz = d.authorize_from(&user, &verb, &path, origin).await;
+    if authz == Authz::Overloaded {
+        return refuse(overloaded(req, began, waiting).await);
+    }
     drop(waiting);
     match authz {
         Authz::Allowed => {
@@ -237,11 +256,22 @@ pub async fn run(
             let svc = hyper::service::service_fn(
                 move |mut req: hyper::Request<hyper::body::Incoming>| {
                     let busy = busy_state.begin();
+                    let state = Arc::clone(&busy_state);
                     req.extensions_mut().insert(who.clone());
                     let answer = app.clone().oneshot(req.map(axum::body::Body::new));
                     async move {
-                        let r = answer.await;
+                        let mut r = answer.await;
                         drop(busy);
+                        // Released (`conn.rs`): this answer is its last.
+                        if let Ok(resp) = &mut r
+                            && state.released.is_cancelled()
+                            && !h2
+                        {
+                            resp.headers_mut().insert(
+                                header::CONNECTION,
+                                header::HeaderValue::from_static("close"),
+                            );
+                        }
                         r
                     }
                 },
