@@ -2,26 +2,27 @@
 //! --strict` passes for every values case below, `helm template` of each
 //! overlay's matching values renders the same objects as `kubectl kustomize`
 //! of that overlay, field for field (matched by apiVersion, kind, namespace
-//! and name; nothing ignored), and every rendering, the chart's and
+//! and name; nothing ignored but Helm's four standard labels, which must be
+//! on every object the chart renders), and every rendering, the chart's and
 //! kustomize's, passes `kubectl apply --server-side --dry-run=server
 //! --validate=strict` on the real API server with the Prometheus Operator's
-//! CRDs installed. helm is built from its Go module by
-//! `e2e/harness/helm/build.sh` (cached in `target/e2e-bin` with a stamp, as
-//! the control plane).
+//! CRDs installed. The chart-only values do what values.yaml says, and each
+//! impossible combination (and a misspelled value) fails with its message.
+//! helm is built from its Go module by `e2e/harness/helm/build.sh` (cached
+//! in `target/e2e-bin` with a stamp, as the control plane).
 
 #[path = "manifests/support.rs"]
 #[allow(dead_code)]
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kcm_e2e::ControlPlane;
-use kcm_e2e::binaries::{bin_dir, repo_root};
+use kcm_e2e::binaries::repo_root;
 use kube::Api;
 use serde_json::{Value, json};
 use support::*;
@@ -29,11 +30,30 @@ use support::*;
 /// The namespace every case installs into, as the manifests do.
 const NAMESPACE: &str = "kube-system";
 
-/// Each kustomize overlay under `manifests/` and the chart values that
-/// render the same objects.
-const MATCHING: &[(&str, &[&str])] = &[
-    ("", &[]),
-    ("base", &["--set", "monitoring.enabled=false"]),
+/// What `helm template` is told the cluster serves where an overlay assumes
+/// the Prometheus Operator's CRDs (the chart renders the ServiceMonitor and
+/// PrometheusRule only where the cluster serves their kinds).
+const CRDS_SERVED: &[&str] = &[
+    "--api-versions",
+    "monitoring.coreos.com/v1/ServiceMonitor",
+    "--api-versions",
+    "monitoring.coreos.com/v1/PrometheusRule",
+];
+
+/// Helm's standard labels: on every object the chart renders (and its pod
+/// template), not in the kustomize layers.
+const HELM_LABELS: &[&str] = &[
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+];
+
+/// Each kustomize overlay under `manifests/`, the chart values that render
+/// the same objects, and whether it needs the Prometheus Operator's CRDs.
+const MATCHING: &[(&str, &[&str], bool)] = &[
+    ("", &[], true),
+    ("base", &["--set", "monitoring.enabled=false"], false),
     (
         "beside-kcm",
         &[
@@ -42,10 +62,12 @@ const MATCHING: &[(&str, &[&str])] = &[
             "--set",
             "besideKcm.enabled=true",
         ],
+        false,
     ),
     (
         "kube-prometheus-stack",
         &["-f", "charts/kcm-rs/values-kube-prometheus-stack.yaml"],
+        true,
     ),
 ];
 
@@ -79,44 +101,91 @@ const CHART_ONLY: &[&[&str]] = &[
         "--set",
         "featureGates=null",
     ],
+    // Everything a well-kept chart lets you set, two controllers only.
+    &[
+        "--set",
+        "controllers={job,podgc}",
+        "--set-json",
+        concat!(
+            r#"image={"repository": "registry.example/kcm-rs", "tag": "0.1.0-test", "#,
+            r#""digest": "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}"#
+        ),
+        "--set-json",
+        r#"imagePullSecrets=[{"name": "regcred"}]"#,
+        "--set-json",
+        r#"serviceAccount={"annotations": {"example.com/role": "kcm-rs"}}"#,
+        "--set-json",
+        r#"extraEnv=[{"name": "RUST_BACKTRACE", "value": "1"}]"#,
+        "--set-json",
+        r#"extraVolumes=[{"name": "tls", "secret": {"secretName": "kcm-rs-tls"}}]"#,
+        "--set-json",
+        r#"extraVolumeMounts=[{"name": "tls", "mountPath": "/etc/kcm-rs/tls", "readOnly": true}]"#,
+        "--set-json",
+        r#"extraArgs=["--tls-cert-file=/etc/kcm-rs/tls/tls.crt", "--tls-private-key-file=/etc/kcm-rs/tls/tls.key"]"#,
+        "--set-json",
+        "nodeSelector={}",
+        "--set-json",
+        "affinity={}",
+        "--set-json",
+        r#"topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}]"#,
+        "--set",
+        "podDisruptionBudget.maxUnavailable=50%",
+        "--set",
+        "leaderElection.leaseName=controllers",
+    ],
 ];
 
-/// `kcm-e2e-helm`, built once per test process (a no-op when current).
-fn helm() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let script = repo_root().join("e2e/harness/helm/build.sh");
-            let status = Command::new("bash")
-                .arg(&script)
-                .arg(bin_dir())
-                .status()
-                .expect("bash");
-            assert!(status.success(), "{} failed", script.display());
-            bin_dir().join("kcm-e2e-helm")
-        })
-        .clone()
-}
-
-/// Runs helm in the repository root; its stdout, or a panic with stderr.
-fn run_helm(args: &[&str]) -> String {
-    let out = Command::new(helm())
-        .args(args)
-        .current_dir(repo_root())
-        // No user configuration or caches: nothing outside the repository.
-        .env("HELM_CONFIG_HOME", repo_root().join("target/helm/config"))
-        .env("HELM_CACHE_HOME", repo_root().join("target/helm/cache"))
-        .env("HELM_DATA_HOME", repo_root().join("target/helm/data"))
-        .output()
-        .expect("run helm");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "helm {args:?} failed:\n{stdout}\n{stderr}"
-    );
-    stdout
-}
+/// Values that cannot work, and what the failure must say.
+const REFUSED: &[(&[&str], &str)] = &[
+    (
+        &["--set", "leaderElection.enabled=false"],
+        "leaderElection.enabled=false with replicas=2",
+    ),
+    (
+        &["--set", "identities.prefix="],
+        "identities.prefix is empty",
+    ),
+    (
+        &[
+            "--set",
+            "besideKcm.enabled=true",
+            "--set",
+            "controllers={job,podgc}",
+        ],
+        "besideKcm.enabled runs kcm-rs beside a complete kube-controller-manager",
+    ),
+    (
+        &[
+            "--set",
+            "besideKcm.enabled=true",
+            "--set",
+            "besideKcm.managedBy=",
+        ],
+        "besideKcm.enabled needs besideKcm.managedBy",
+    ),
+    (
+        &[
+            "--set",
+            "controllers={*,-job,-podgc,-disruption,-taint-eviction-controller}",
+        ],
+        "select no controller",
+    ),
+    (
+        &["--set", "controllers={pod-gc}"],
+        "unknown controller \"pod-gc\"",
+    ),
+    // values.schema.json: a misspelled key or a bad value.
+    (
+        &["--set", "replica=3"],
+        "additional properties 'replica' not allowed",
+    ),
+    (
+        &["--set", "monitoring.relase=x"],
+        "additional properties 'relase' not allowed",
+    ),
+    (&["--set", "image.digest=abc"], "does not match pattern"),
+    (&["--set", "logging.format=yaml"], "logging/format"),
+];
 
 fn lint(values: &[&str]) -> String {
     let mut args = vec![
@@ -135,7 +204,7 @@ fn lint(values: &[&str]) -> String {
     out
 }
 
-fn template(values: &[&str]) -> String {
+fn template_args<'a>(values: &[&'a str], crds: bool) -> Vec<&'a str> {
     let mut args = vec![
         "template",
         "kcm-rs",
@@ -144,7 +213,39 @@ fn template(values: &[&str]) -> String {
         NAMESPACE,
     ];
     args.extend(values);
-    run_helm(&args)
+    if crds {
+        args.extend(CRDS_SERVED);
+    }
+    args
+}
+
+fn template(values: &[&str], crds: bool) -> String {
+    run_helm(&template_args(values, crds))
+}
+
+/// Removes Helm's standard labels from the chart's objects (metadata and the
+/// pod template): the objects that lack one.
+fn strip_helm_labels(docs: &mut [Value]) -> Vec<String> {
+    let mut missing = Vec::new();
+    for doc in docs.iter_mut() {
+        let what = format!("{} {}", text(&doc["kind"]), text(&doc["metadata"]["name"]));
+        let mut places = vec!["/metadata/labels"];
+        if doc["kind"] == "Deployment" {
+            places.push("/spec/template/metadata/labels");
+        }
+        for at in places {
+            let Some(labels) = doc.pointer_mut(at).and_then(Value::as_object_mut) else {
+                missing.push(format!("{what}: no {at}"));
+                continue;
+            };
+            for l in HELM_LABELS {
+                if labels.remove(*l).is_none() {
+                    missing.push(format!("{what}: no {l} in {at}"));
+                }
+            }
+        }
+    }
+    missing
 }
 
 type Key = (String, String, String, String);
@@ -192,9 +293,10 @@ fn differences(a: &Value, b: &Value, at: &str, out: &mut Vec<String>) {
 
 /// The chart's objects against kustomize's: the problems found.
 fn compare(chart: &[Value], kustomized: &[Value]) -> Vec<String> {
-    let c = by_key(chart.to_vec(), "chart");
+    let mut chart = chart.to_vec();
+    let mut problems = strip_helm_labels(&mut chart);
+    let c = by_key(chart, "chart");
     let k = by_key(kustomized.to_vec(), "kustomize");
-    let mut problems = Vec::new();
     for (key, doc) in &c {
         match k.get(key) {
             Some(other) => {
@@ -263,6 +365,157 @@ fn chart_version_is_the_workspace_version() {
     assert_eq!(target, Path::new("../../../manifests/monitoring"));
 }
 
+/// The one of `docs` of `kind` named `name`.
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    let found = docs
+        .iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name);
+    found.unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+fn names(docs: &[Value], kind: &str) -> Vec<String> {
+    let of_kind = docs.iter().filter(|d| d["kind"] == kind);
+    of_kind
+        .map(|d| text(&d["metadata"]["name"]).to_string())
+        .collect()
+}
+
+/// CHART_ONLY's last case: each value where it belongs.
+fn everything_set(docs: &[Value]) {
+    let dep = find(docs, "Deployment", "kcm-rs");
+    let pod = &dep["spec"]["template"]["spec"];
+    let ctr = container(dep);
+    assert_eq!(
+        ctr["image"],
+        "registry.example/kcm-rs:0.1.0-test@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    );
+    assert_eq!(pod["imagePullSecrets"], json!([{ "name": "regcred" }]));
+    assert_eq!(
+        ctr["env"][3],
+        json!({ "name": "RUST_BACKTRACE", "value": "1" })
+    );
+    assert_eq!(pod["volumes"][0]["secret"]["secretName"], "kcm-rs-tls");
+    assert_eq!(ctr["volumeMounts"][0]["mountPath"], "/etc/kcm-rs/tls");
+    assert!(
+        pod.get("nodeSelector").is_none() && pod.get("affinity").is_none(),
+        "{pod}"
+    );
+    let spread = &pod["topologySpreadConstraints"][0];
+    assert_eq!(
+        spread["labelSelector"]["matchLabels"]["app.kubernetes.io/name"],
+        "kcm-rs"
+    );
+    assert_eq!(
+        find(docs, "PodDisruptionBudget", "kcm-rs")["spec"]["maxUnavailable"],
+        "50%"
+    );
+    let sa = find(docs, "ServiceAccount", "kcm-rs");
+    assert_eq!(sa["metadata"]["annotations"]["example.com/role"], "kcm-rs");
+    // Only the two controllers' identities, and what their informers read.
+    assert_eq!(
+        names(docs, "ServiceAccount"),
+        [
+            "kcm-rs",
+            "kcm-rs-job-controller",
+            "kcm-rs-pod-garbage-collector"
+        ]
+    );
+    let role = find(docs, "Role", "system:kcm-rs");
+    assert_eq!(
+        role["rules"][0]["resourceNames"],
+        json!(["kcm-rs-job-controller", "kcm-rs-pod-garbage-collector"])
+    );
+    assert_eq!(role["rules"][1]["resourceNames"], json!(["controllers"]));
+    let reads = &find(docs, "ClusterRole", "system:kcm-rs")["rules"];
+    assert_eq!(reads[0]["resources"], json!(["pods", "nodes"]));
+    assert_eq!(reads[1]["resources"], json!(["jobs"]));
+    assert_eq!(reads.as_array().map(Vec::len), Some(4), "{reads}");
+    let mut roles = names(docs, "ClusterRole");
+    roles.sort();
+    assert_eq!(
+        roles,
+        [
+            "system:kcm-rs",
+            "system:kcm-rs:job-controller",
+            "system:kcm-rs:metrics-reader",
+            "system:kcm-rs:pod-garbage-collector"
+        ]
+    );
+    // The Lease is the one named, and the alerts follow any Lease name.
+    assert!(names(docs, "Lease") == ["controllers"]);
+    let args = container_args(dep);
+    assert!(args.contains(&"--leader-elect-resource-name=controllers".to_string()));
+    let rules =
+        serde_json::to_string(&find(docs, "PrometheusRule", "kcm-rs")["spec"]).expect("json");
+    assert!(
+        !rules.contains("name=\\\"kcm-rs\\\""),
+        "a Lease name in the alerts"
+    );
+}
+
+/// Each impossible combination and misspelled value fails with its
+/// message; the monitoring objects that need the Prometheus Operator's CRDs
+/// only where the cluster serves them; beside KCM, only the Job controller's
+/// identity and no control-plane nodeSelector.
+#[test]
+fn impossible_values_fail_and_crd_objects_need_their_crds() {
+    for (values, needle) in REFUSED {
+        let got = try_helm(&template_args(values, false));
+        assert!(
+            matches!(&got, Err(e) if e.contains(needle)),
+            "{values:?} should fail with {needle:?}: {got:?}"
+        );
+        let first = got.err().unwrap_or_default();
+        eprintln!(
+            "refused {values:?}: {}",
+            first.lines().find(|l| l.contains(needle)).unwrap_or("")
+        );
+    }
+    let monitoring = |crds: bool, values: &[&str]| {
+        let docs = parse_docs(&template(values, crds), "helm template");
+        let mut kinds: Vec<String> = docs
+            .iter()
+            .filter(|d| {
+                let kind = text(&d["kind"]);
+                kind == "ServiceMonitor"
+                    || kind == "PrometheusRule"
+                    || d["metadata"]["name"] == "kcm-rs-dashboard"
+                    || d["metadata"]["name"] == "system:kcm-rs:metrics-reader"
+                        && d["kind"] == "ClusterRoleBinding"
+            })
+            .map(|d| text(&d["kind"]).to_string())
+            .collect();
+        kinds.sort();
+        kinds
+    };
+    let all = [
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "PrometheusRule",
+        "ServiceMonitor",
+    ];
+    assert_eq!(monitoring(true, &[]), all);
+    assert_eq!(monitoring(false, &[]), ["ClusterRoleBinding", "ConfigMap"]);
+    assert!(monitoring(true, &["--set", "monitoring.enabled=false"]).is_empty());
+
+    let beside = parse_docs(
+        &template(&["--set", "besideKcm.enabled=true"], false),
+        "helm template",
+    );
+    assert_eq!(
+        names(&beside, "ServiceAccount"),
+        ["kcm-rs", "kcm-rs-job-controller"]
+    );
+    let pod = &find(&beside, "Deployment", "kcm-rs")["spec"]["template"]["spec"];
+    assert!(pod.get("nodeSelector").is_none(), "{pod}");
+    let replacing = parse_docs(&template(&[], false), "helm template");
+    let pod = &find(&replacing, "Deployment", "kcm-rs")["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["nodeSelector"],
+        json!({ "node-role.kubernetes.io/control-plane": "" })
+    );
+}
+
 #[tokio::test]
 async fn chart_renders_the_kustomize_overlays_and_both_pass_a_server_side_dry_run() {
     let began = Instant::now();
@@ -274,9 +527,9 @@ async fn chart_renders_the_kustomize_overlays_and_both_pass_a_server_side_dry_ru
     let rendered_at = Instant::now();
     let mut streams: Vec<(String, String)> = Vec::new();
     let mut problems = Vec::new();
-    for (dir, values) in MATCHING {
+    for (dir, values, crds) in MATCHING {
         lint(values);
-        let chart_yaml = template(values);
+        let chart_yaml = template(values, *crds);
         let chart = parse_docs(&chart_yaml, "helm template");
         let kustomized = kustomize(dir);
         let found = compare(&chart, &kustomized);
@@ -294,7 +547,7 @@ async fn chart_renders_the_kustomize_overlays_and_both_pass_a_server_side_dry_ru
     }
     for values in CHART_ONLY {
         lint(values);
-        streams.push((format!("helm template {values:?}"), template(values)));
+        streams.push((format!("helm template {values:?}"), template(values, true)));
     }
     // The packaged chart carries the linked monitoring files: it renders the
     // same as the chart directory.
@@ -305,13 +558,16 @@ async fn chart_renders_the_kustomize_overlays_and_both_pass_a_server_side_dry_ru
         .path()
         .join(format!("kcm-rs-{}.tgz", env!("CARGO_PKG_VERSION")));
     let tgz = tgz.display().to_string();
-    let packaged = run_helm(&["template", "kcm-rs", &tgz, "--namespace", NAMESPACE]);
+    let mut args = vec!["template", "kcm-rs", &tgz, "--namespace", NAMESPACE];
+    args.extend(CRDS_SERVED);
+    let packaged = run_helm(&args);
     let packaged = parse_docs(&packaged, "helm template of the package");
     let found = compare(&packaged, &kustomize(""));
     eprintln!("packaged chart = manifests/: {} differences", found.len());
     problems.extend(found.iter().map(|p| format!("packaged chart: {p}")));
     // The comparison sees a one-flag change, and only it.
-    let changed = parse_docs(&template(&["--set", "kubeApi.qps=21"]), "helm template");
+    let changed = template(&["--set", "kubeApi.qps=21"], true);
+    let changed = parse_docs(&changed, "helm template");
     let found = compare(&changed, &kustomize(""));
     assert!(
         found.len() == 1 && found[0].contains("/spec/template/spec/containers/0/args/2"),
@@ -383,6 +639,7 @@ async fn chart_renders_the_kustomize_overlays_and_both_pass_a_server_side_dry_ru
         container(dep)["image"],
         "registry.example/kcm-rs:0.1.0-test"
     );
+    everything_set(&only(3));
 
     // Every rendering applies on the real API server (server-side, dry run,
     // strict), the CRDs of the ServiceMonitor and PrometheusRule installed.

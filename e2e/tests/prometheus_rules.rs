@@ -169,6 +169,60 @@ fn promtool_unit_tests_cover_every_alert() {
     );
 }
 
+/// Seconds in a Prometheus duration (`5m`, `1h30m`), `None` if it is not one.
+fn prometheus_duration(text: &str) -> Option<u64> {
+    let (mut total, mut rest) = (0, text);
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit())?;
+        let n: u64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit = ["ms", "s", "m", "h", "d", "w", "y"]
+            .into_iter()
+            .find(|u| rest.starts_with(u))?;
+        let secs = match unit {
+            "ms" => 0,
+            "s" => 1,
+            "m" => 60,
+            "h" => 3600,
+            "d" => 86400,
+            "w" => 604_800,
+            _ => 31_536_000,
+        };
+        total += n * secs;
+        rest = &rest[unit.len()..];
+    }
+    Some(total)
+}
+
+/// Every alert waits (`for`), so one bad scrape or evaluation does not page,
+/// and says what is wrong and what to look at (`summary` and `description`).
+#[test]
+fn every_alert_has_a_for_a_summary_and_a_description() {
+    let rules = rule_file();
+    let mut problems = Vec::new();
+    for (g, r, name) in alerts(&rules) {
+        let rule = &rules["groups"][g]["rules"][r];
+        let lasts = rule["for"].as_str().unwrap_or("");
+        if !prometheus_duration(lasts).is_some_and(|secs| secs > 0) {
+            problems.push(format!("{name}: for {lasts:?}"));
+        }
+        for note in ["summary", "description"] {
+            let text = rule["annotations"][note].as_str().unwrap_or("");
+            if text.split_whitespace().count() < 5 {
+                problems.push(format!("{name}: {note} {text:?}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert_eq!(prometheus_duration("1h30m"), Some(5400));
+    for bad in ["", "0m", "5", "m5", "5x"] {
+        assert!(!prometheus_duration(bad).is_some_and(|s| s > 0), "{bad:?}");
+    }
+}
+
 /// The repository's web address, from the Go module path of the harness
 /// (`github.com/kcm-rs/kcm-rs/e2e/harness`).
 fn repository_url() -> String {

@@ -70,13 +70,14 @@ pub const RBAC_KINDS: &str = "ServiceAccount ServiceAccount ServiceAccount Servi
     ClusterRoleBinding ClusterRole";
 
 /// Which kinds each manifest holds (paths under `manifests/`, `examples/`
-/// aside); the first four are base's resources, the next four the
+/// aside); the first five are base's resources, the next four the
 /// monitoring component's.
 pub const KINDS: &[(&str, &str)] = &[
     ("base/rbac.yaml", RBAC_KINDS),
     ("base/deployment.yaml", "Deployment"),
     ("base/service.yaml", "Service"),
     ("base/networkpolicy.yaml", "NetworkPolicy"),
+    ("base/pdb.yaml", "PodDisruptionBudget"),
     ("monitoring/servicemonitor.yaml", "ServiceMonitor"),
     ("monitoring/prometheusrule.yaml", "PrometheusRule"),
     ("monitoring/dashboard.yaml", "ConfigMap"),
@@ -139,6 +140,17 @@ pub fn kustomize(dir: &str) -> Vec<Value> {
 pub const AGREE: &[&str] = &[
     "pod/spec/serviceAccountName = base/rbac.yaml#0/metadata/name",
     "pod/spec/priorityClassName = system-cluster-critical",
+    // The downward API: the pod's name, namespace and UID (the controllers'
+    // accounts are in its namespace; their tokens are bound to its Secret).
+    "ctr/env/0/name = POD_NAME",
+    "ctr/env/0/valueFrom/fieldRef/fieldPath = metadata.name",
+    "ctr/env/1/name = POD_NAMESPACE",
+    "ctr/env/1/valueFrom/fieldRef/fieldPath = metadata.namespace",
+    "ctr/env/2/name = POD_UID",
+    "ctr/env/2/valueFrom/fieldRef/fieldPath = metadata.uid",
+    "base/rbac.yaml#7/rules/2/resources/0 = secrets",
+    "base/rbac.yaml#7/rules/2/verbs = [\"create\"]",
+    "base/pdb.yaml#0/spec/maxUnavailable = 1",
     "base/deployment.yaml#0/spec/replicas = 2",
     "--leader-elect = true",
     "--leader-elect-resource-namespace = base/rbac.yaml#7/metadata/namespace",
@@ -438,6 +450,25 @@ pub const CONTROLLER_ACCOUNTS: &[&str] = &[
     "kcm-rs-disruption-controller",
 ];
 
+/// The pod kcm-rs plays running in (created, never scheduled): its name,
+/// namespace and UID reach kcm-rs as the Deployment's downward API passes
+/// them, so the controllers' tokens are bound to the Secret it owns.
+pub const POD: &str = "kcm-rs-e2e";
+
+/// Creates [`POD`] in kube-system, running as kcm-rs (or finds it); its UID.
+pub async fn kcm_rs_pod(admin: &kube::Client) -> String {
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "kube-system");
+    let pod = match pods.get_opt(POD).await.expect("get pod") {
+        Some(p) => p,
+        None => {
+            let spec = json!({ "serviceAccountName": "kcm-rs",
+                "containers": [{ "name": "kcm-rs", "image": "kcm-rs:e2e" }] });
+            create(&pods, json!({ "metadata": { "name": POD }, "spec": spec })).await
+        }
+    };
+    pod.metadata.uid.expect("uid")
+}
+
 /// Starts kcm-rs with the Deployment's flags as `kube-system/kcm-rs`.
 /// `secure`: `/metrics` behind TokenReview and SubjectAccessReview (made as
 /// kcm-rs); otherwise every endpoint is open (tests about metrics only).
@@ -499,10 +530,16 @@ pub async fn start_kcm_rs(
     } else {
         args.push(kcm_e2e::https::OPEN_PATHS.into());
     }
+    let uid = kcm_rs_pod(admin).await;
     let log = cp.dir().join("kcm-rs.log");
     let out = std::fs::File::create(&log).expect("log");
     let mut cmd = Command::new(bin);
     cmd.args(&args).stdin(Stdio::null());
+    // The Deployment's downward API (base/deployment.yaml's env).
+    cmd.env_remove("KUBERNETES_SERVICE_HOST")
+        .env("POD_NAME", POD)
+        .env("POD_NAMESPACE", "kube-system")
+        .env("POD_UID", uid);
     if secure {
         // -v raises only kcm-rs's own targets; the clients' wire traces
         // (hyper, h2, rustls, kube) need RUST_LOG, and they must hold no
@@ -569,4 +606,49 @@ pub async fn install_crds(admin: &kube::Client) {
         let wait = wait_for(&crds, &name, Duration::from_secs(60), &name, established).await;
         wait.expect("CRD established");
     }
+}
+
+/// `kcm-e2e-helm`, built once per test process (a no-op when current).
+#[allow(dead_code)]
+pub fn helm() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let script = repo_root().join("e2e/harness/helm/build.sh");
+            let status = Command::new("bash")
+                .arg(&script)
+                .arg(kcm_e2e::binaries::bin_dir())
+                .status()
+                .expect("bash");
+            assert!(status.success(), "{} failed", script.display());
+            kcm_e2e::binaries::bin_dir().join("kcm-e2e-helm")
+        })
+        .clone()
+}
+
+/// Runs helm in the repository root: its stdout, or its stderr as the error.
+#[allow(dead_code)]
+pub fn try_helm(args: &[&str]) -> Result<String, String> {
+    let out = Command::new(helm())
+        .args(args)
+        .current_dir(repo_root())
+        // No user configuration or caches: nothing outside the repository.
+        .env("HELM_CONFIG_HOME", repo_root().join("target/helm/config"))
+        .env("HELM_CACHE_HOME", repo_root().join("target/helm/cache"))
+        .env("HELM_DATA_HOME", repo_root().join("target/helm/data"))
+        .output()
+        .expect("run helm");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if out.status.success() {
+        Ok(stdout)
+    } else {
+        Err(format!("{stdout}{stderr}"))
+    }
+}
+
+/// Runs helm in the repository root; its stdout, or a panic with stderr.
+#[allow(dead_code)]
+pub fn run_helm(args: &[&str]) -> String {
+    try_helm(args).unwrap_or_else(|e| panic!("helm {args:?} failed:\n{e}"))
 }
