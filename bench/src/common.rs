@@ -89,6 +89,31 @@ pub fn spawn_manager(
     burst: u32,
     extra: &[String],
 ) -> anyhow::Result<Manager> {
+    spawn_manager_via(
+        env,
+        cp,
+        cp.kubeconfig(),
+        imp,
+        controllers,
+        qps,
+        burst,
+        extra,
+    )
+}
+
+/// [`spawn_manager`] talking to the API server through `kubeconfig` (a
+/// fault proxy's), its costs still measured on `cp`.
+#[allow(clippy::too_many_arguments)]
+pub fn spawn_manager_via(
+    env: &Env,
+    cp: &ControlPlane,
+    kubeconfig: &Path,
+    imp: Impl,
+    controllers: &[&str],
+    qps: u32,
+    burst: u32,
+    extra: &[String],
+) -> anyhow::Result<Manager> {
     let mut list: Vec<&str> = controllers.to_vec();
     let bin = match imp {
         Impl::Upstream => {
@@ -101,7 +126,7 @@ pub fn spawn_manager(
     };
     let log = std::fs::File::create(cp.dir().join(format!("{}.log", imp.label())))?;
     let child = Command::new(&bin)
-        .arg(format!("--kubeconfig={}", cp.kubeconfig().display()))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .arg(format!("--controllers={}", list.join(",")))
         .arg(format!("--kube-api-qps={qps}"))
         .arg(format!("--kube-api-burst={burst}"))

@@ -4,8 +4,10 @@
 //! shared process and request measurements of [`common`], the result types
 //! ([`results`]) and the report ([`report`]: Markdown table, PNG charts,
 //! JSON); and the chaos driver ([`chaos`], `make chaos`: `kcm-chaos`).
-//! Results are committed under `bench/results/`.
+//! Results are committed under `bench/results/`. W8 ([`apiserver`]): what
+//! each manager costs the API server at start-up and in a relist storm.
 
+pub mod apiserver;
 pub mod chaos;
 pub mod common;
 pub mod eviction;

@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::Parser;
 use kcm_bench::common::{Env, Impl, Requests, ServerCost, quantile, sibling_binary};
 use kcm_bench::results::{Metric, Results, Workload};
-use kcm_bench::{eviction, jobs, latency, memory, report, scaling};
+use kcm_bench::{apiserver, eviction, jobs, latency, memory, report, scaling};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -32,8 +32,8 @@ struct Flags {
     /// is counted in 10 ms ticks, so a longer window resolves it better.
     #[arg(long, default_value_t = 30)]
     w4_window_secs: u64,
-    /// Workloads to run (comma-separated: w1,w2,w3,w4,w5,w6).
-    #[arg(long, default_value = "w1,w2,w3,w4,w5,w6", value_delimiter = ',')]
+    /// Workloads to run (comma-separated: w1,w2,w3,w4,w5,w6,w8).
+    #[arg(long, default_value = "w1,w2,w3,w4,w5,w6,w8", value_delimiter = ',')]
     only: Vec<String>,
     /// W6's pod counts (the memory scaling curve; not scaled by --scale).
     #[arg(long, default_value = "1000,10000,50000,100000", value_delimiter = ',')]
@@ -44,6 +44,12 @@ struct Flags {
     /// Jobs in W3.
     #[arg(long, default_value_t = 50)]
     w3_runs: usize,
+    /// W8's pod counts (the API server's cost at start-up; not scaled).
+    #[arg(long, default_value = "20000,100000", value_delimiter = ',')]
+    w8_pods: Vec<usize>,
+    /// W8's relist storms: at which of `--w8-pods`.
+    #[arg(long, default_value = "20000", value_delimiter = ',')]
+    w8_storm: Vec<usize>,
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
     #[arg(long, default_value = "target/release/kcm-rs")]
@@ -380,6 +386,13 @@ async fn main() -> anyhow::Result<()> {
                 ],
             });
         }
+    }
+    if run("w8") {
+        let mut r = Vec::new();
+        for imp in Impl::BOTH {
+            r.push(apiserver::run(&env, imp, &flags.w8_pods, &flags.w8_storm).await?);
+        }
+        results.workloads.extend(apiserver::workloads(&r[0], &r[1]));
     }
     let mut scaling_points = None;
     if run("w6") {

@@ -257,7 +257,8 @@ async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Response<Ou
         .map_or_else(|| "/".to_string(), |p| p.as_str().to_string());
     let watch = plan::is_watch(parts.uri.query());
     let injection = inner
-        .scripted(&parts.method, &path)
+        .gone_once(&path)
+        .or_else(|| inner.scripted(&parts.method, &path))
         .or_else(|| inner.planner.lock().decide(&parts.method, watch));
     let user_agent = parts
         .headers

@@ -195,9 +195,31 @@ struct Inner {
     conns: Mutex<HashMap<u64, AbortHandle>>,
     held: Mutex<Vec<TcpStream>>,
     next_conn: AtomicU64,
+    /// [`FaultProxy::gone_once_per_watch`]: the collections whose resumed
+    /// watch got its 410 already (`None`: off).
+    gone_once: Mutex<Option<std::collections::HashSet<String>>>,
 }
 
 impl Inner {
+    /// A [`Fault::WatchGone`] for the first resumed watch of a collection
+    /// once [`FaultProxy::gone_once_per_watch`] is on.
+    fn gone_once(&self, path: &str) -> Option<plan::Injection> {
+        if !plan::is_watch(path.split_once('?').map(|(_, q)| q))
+            || path.contains("sendInitialEvents=true")
+        {
+            return None;
+        }
+        let mut armed = self.gone_once.lock();
+        let seen = armed.as_mut()?;
+        let collection = path.split('?').next().unwrap_or(path).to_string();
+        seen.insert(collection).then_some(plan::Injection {
+            fault: Fault::WatchGone,
+            when: When::Before,
+            cut_after: Duration::ZERO,
+            hold: Duration::ZERO,
+        })
+    }
+
     /// The injection of the first script matching, counted down.
     fn scripted(&self, method: &Method, path: &str) -> Option<plan::Injection> {
         let mut scripts = self.scripts.lock();
@@ -295,6 +317,7 @@ impl FaultProxy {
             conns: Mutex::new(HashMap::new()),
             held: Mutex::new(Vec::new()),
             next_conn: AtomicU64::new(0),
+            gone_once: Mutex::new(None),
         });
         let accept = tokio::spawn(accept_loop(listener, Arc::clone(&inner)));
         Ok(FaultProxy {
@@ -333,6 +356,15 @@ impl FaultProxy {
     }
     /// Adds a scripted fault (see [`Script`]); scripts are tried in the
     /// order added, before the rate.
+    /// From now on, the first resumed watch (one without
+    /// `sendInitialEvents=true`) of each collection path is answered 410
+    /// (a [`Fault::WatchGone`]); later ones, and every streaming list, are
+    /// forwarded. With [`FaultProxy::cut`] to reopen every watch: a relist
+    /// storm, every informer relisting once.
+    pub fn gone_once_per_watch(&self) {
+        *self.inner.gone_once.lock() = Some(Default::default());
+    }
+
     pub fn script(&self, s: Script) {
         self.inner.scripts.lock().push(s);
     }
