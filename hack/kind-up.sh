@@ -5,6 +5,8 @@
 #      pod-garbage-collector-controller, taint-eviction-controller and
 #      disruption-controller switched off, which is checked),
 #   2. loads the image $IMAGE (default kcm-rs:<workspace version>; `make image` builds it),
+#      or the OCI archive $IMAGE_ARCHIVE (`make image-oci` writes
+#      target/image/kcm-rs-<version>.oci.tar) with `kind load image-archive`,
 #   3. applies manifests/base, or manifests/ (with the monitoring component)
 #      when the cluster has the Prometheus Operator CRDs,
 #   4. waits for the Deployment, the Lease holder and the sample Job.
@@ -94,7 +96,12 @@ for c in job-controller pod-garbage-collector-controller taint-eviction-controll
     }
   fi
 done
-kind load docker-image "$IMAGE" --name "$CLUSTER"
+if [[ -n "${IMAGE_ARCHIVE:-}" ]]; then
+  [[ -f "$IMAGE_ARCHIVE" ]] || { echo "error: IMAGE_ARCHIVE=$IMAGE_ARCHIVE: no such file (make image-oci writes it)" >&2; exit 1; }
+  kind load image-archive "$IMAGE_ARCHIVE" --name "$CLUSTER"
+else
+  kind load docker-image "$IMAGE" --name "$CLUSTER"
+fi
 monitoring=false
 if k get crd servicemonitors.monitoring.coreos.com prometheusrules.monitoring.coreos.com >/dev/null 2>&1; then
   monitoring=true
