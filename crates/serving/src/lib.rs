@@ -35,6 +35,8 @@ pub mod server;
 pub mod tls;
 
 #[cfg(test)]
+mod flood_tests;
+#[cfg(test)]
 mod server_tests;
 #[cfg(test)]
 mod tests;

@@ -174,14 +174,14 @@ fn the_last_common_name_is_the_user_as_go_reads_it() {
 /// after 50 ms; SubjectAccessReview allows and records the spec. Counts
 /// calls and the most in flight at once.
 #[derive(Default)]
-struct Reviews {
+pub(crate) struct Reviews {
     token_reviews: AtomicUsize,
     sars: parking_lot::Mutex<Vec<serde_json::Value>>,
     in_flight: AtomicUsize,
     most: AtomicUsize,
 }
 
-async fn review_server() -> (Arc<Reviews>, kube::Client) {
+pub(crate) async fn review_server() -> (Arc<Reviews>, kube::Client) {
     use axum::routing::post;
     let seen = Arc::new(Reviews::default());
     let (s1, s2) = (Arc::clone(&seen), Arc::clone(&seen));
