@@ -154,8 +154,11 @@ async fn review_client(
         ..ClientOptions::for_component("delegated-auth")
     };
     let client = build_client(config, &opts).map_err(|e| Failure::User(format!("{flag}: {e}")))?;
-    let never = CancellationToken::new();
-    startup::server_version(&client, &url, &never)
+    let (never, clock) = (
+        CancellationToken::new(),
+        kcm_runtime::clock::Clock::system(),
+    );
+    startup::server_version(&client, &url, startup::Bound::start_up(&never, &clock))
         .await
         .map_err(|e| match Failure::from(e) {
             Failure::User(m) => Failure::User(format!("{flag}: {m}")),
@@ -235,7 +238,10 @@ async fn run(
     let probe = kube::Client::try_from(config.clone())
         .map_err(|e| Failure::User(format!("building a client for {url}: {e}")))?;
     let stop = CancellationToken::new();
-    let version = startup::server_version(&probe, &url, &stop).await?;
+    // The one clock of the process: start-up, leader election, controllers.
+    let clock = kcm_runtime::clock::Clock::system();
+    let retry = startup::Bound::start_up(&stop, &clock);
+    let version = startup::server_version(&probe, &url, retry).await?;
     let emulation = behave_as(flags.emulated_version.as_deref(), &version)?;
     let behaves_as = emulation.binary();
     tracing::info!(server = %url, %version, kcm_version = %behaves_as, emulated_version = %emulation, "connected");
@@ -313,7 +319,7 @@ async fn run(
             &accounts,
             &selected,
             flags.service_account_token_renewal,
-            &stop,
+            retry,
         )
         .await?
     } else {
@@ -346,7 +352,8 @@ async fn run(
         let marks = kcm_job::mode::annotations(flags.job.job_managed_by.as_deref(), jobs);
         let mut e = LeaderElector::new(lease_client, cfg, fence.clone())
             .map_err(|e| Failure::User(e.to_string()))?
-            .with_annotations(marks);
+            .with_annotations(marks)
+            .with_clock(clock.clone());
         tracing::info!(identity = %e.identity(), lease = %flags.leader_elect_resource_name, "waiting for the lease");
         if !e.acquire(&stop).await {
             return Ok(());
@@ -369,7 +376,7 @@ async fn run(
         identities,
         host_settings: flags.host_settings(),
         fence: fence.clone(),
-        clock: kcm_runtime::clock::Clock::system(),
+        clock,
     };
     // A process that cannot start its controllers gives the Lease back
     // first, so a healthy standby need not wait out a lease duration.

@@ -19,6 +19,7 @@ use std::time::Duration;
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kcm_runtime::client::identity::{self, BoundObject, IdentityError, InPod, TokenSource};
 use kcm_runtime::client::{ClientOptions, build_client, build_client_as};
+use kcm_runtime::clock::Clock;
 use kcm_runtime::controller::ControllerSpec;
 use kube::Api;
 use kube::api::PostParams;
@@ -65,21 +66,44 @@ fn classify(e: &kube::Error, what: impl FnOnce() -> String) -> Attempt {
     }
 }
 
-/// Runs `step` until it succeeds, fails permanently, or [`RETRY_BOUND`]
-/// has passed; `what` names the step in messages. The wait between two
-/// attempts doubles from 250 ms up to 4 s. A cancelled `stop` ends the
-/// retries at once.
+/// How long a step may retry, on which clock, until what stops it.
+#[derive(Clone, Copy)]
+pub struct Bound<'a> {
+    pub stop: &'a CancellationToken,
+    pub clock: &'a Clock,
+    pub within: Duration,
+}
+
+impl<'a> Bound<'a> {
+    /// [`RETRY_BOUND`] on `clock`, ended early by `stop`.
+    pub fn start_up(stop: &'a CancellationToken, clock: &'a Clock) -> Self {
+        Bound {
+            stop,
+            clock,
+            within: RETRY_BOUND,
+        }
+    }
+}
+
+/// Runs `step` until it succeeds, fails permanently, or `bound.within`
+/// has passed on `bound.clock`; `what` names the step in messages. The
+/// wait between two attempts doubles from 250 ms up to 4 s. A cancelled
+/// `bound.stop` ends the retries at once.
 pub async fn with_retries<T, F, Fut>(
     what: &str,
-    stop: &CancellationToken,
-    bound: Duration,
+    bound: Bound<'_>,
     mut step: F,
 ) -> Result<T, StartError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, Attempt>>,
 {
-    let deadline = tokio::time::Instant::now() + bound;
+    let Bound {
+        stop,
+        clock,
+        within: bound,
+    } = bound;
+    let deadline = clock.instant() + bound;
     let mut backoff = FIRST_BACKOFF;
     let mut attempts = 0u32;
     loop {
@@ -90,7 +114,7 @@ where
             Ok(Err(Attempt::Transient(msg))) => msg,
             Err(_) => "no answer".to_string(),
         };
-        let now = tokio::time::Instant::now();
+        let now = clock.instant();
         if now + backoff >= deadline || stop.is_cancelled() {
             return Err(StartError::GaveUp(format!(
                 "{what}: gave up after {bound:?} ({attempts} attempts; last: {last})"
@@ -109,12 +133,11 @@ where
 pub async fn server_version(
     client: &kube::Client,
     url: &str,
-    stop: &CancellationToken,
+    retry: Bound<'_>,
 ) -> Result<String, StartError> {
     with_retries(
         &format!("asking the API server at {url} for its version"),
-        stop,
-        RETRY_BOUND,
+        retry,
         || async {
             client
                 .apiserver_version()
@@ -136,7 +159,7 @@ pub async fn server_version(
 async fn check_token(
     config: &kube::Config,
     token: &TokenSource,
-    stop: &CancellationToken,
+    retry: Bound<'_>,
 ) -> Result<(), StartError> {
     let account = token.account().to_string();
     let client = build_client_as(
@@ -149,8 +172,7 @@ async fn check_token(
     let expected = token.user();
     let who = with_retries(
         &format!("SelfSubjectReview as {expected}"),
-        stop,
-        RETRY_BOUND,
+        retry,
         || async {
             match api
                 .create(&PostParams::default(), &SelfSubjectReview::default())
@@ -199,7 +221,7 @@ pub struct Accounts<'a> {
 async fn anchor(
     client: &kube::Client,
     accounts: &Accounts<'_>,
-    stop: &CancellationToken,
+    retry: Bound<'_>,
 ) -> Result<Option<BoundObject>, StartError> {
     let Some(pod) = accounts.pod.pod() else {
         tracing::info!("not in a pod (no POD_NAME and POD_UID): controller tokens are not bound");
@@ -216,16 +238,11 @@ async fn anchor(
         return Ok(None);
     }
     let name = identity::anchor_name(pod.0);
-    let bound = with_retries(
-        &format!("creating Secret {ns}/{name}"),
-        stop,
-        RETRY_BOUND,
-        || async {
-            identity::token_anchor(client, ns, pod)
-                .await
-                .map_err(Attempt::from)
-        },
-    )
+    let bound = with_retries(&format!("creating Secret {ns}/{name}"), retry, || async {
+        identity::token_anchor(client, ns, pod)
+            .await
+            .map_err(Attempt::from)
+    })
     .await?;
     tracing::info!(secret = %name, pod = pod.0, "controller tokens bound to a Secret the pod owns");
     Ok(Some(bound))
@@ -238,29 +255,28 @@ pub async fn controller_identities(
     accounts: &Accounts<'_>,
     selected: &[&'static ControllerSpec],
     renewal: Option<Duration>,
-    stop: &CancellationToken,
+    retry: Bound<'_>,
 ) -> Result<Arc<HashMap<String, TokenSource>>, StartError> {
     let client = build_client(
         config.clone(),
         &ClientOptions::for_component("token-requests"),
     )
     .map_err(|e| StartError::Permanent(e.to_string()))?;
-    let bound = anchor(&client, accounts, stop).await?;
+    let bound = anchor(&client, accounts, retry).await?;
     let ns = accounts.namespace;
     let mut map = HashMap::new();
     for spec in selected {
         let account = format!("{}{}", accounts.prefix, spec.client_name);
         let token = with_retries(
             &format!("TokenRequest for {ns}/{account}"),
-            stop,
-            RETRY_BOUND,
+            retry,
             || async {
                 identity::service_account_token(
                     client.clone(),
                     ns,
                     &account,
                     bound.clone(),
-                    stop.child_token(),
+                    retry.stop.child_token(),
                     renewal,
                 )
                 .await
@@ -268,7 +284,7 @@ pub async fn controller_identities(
             },
         )
         .await?;
-        check_token(config, &token, stop).await?;
+        check_token(config, &token, retry).await?;
         tracing::info!(controller = spec.name, service_account = %token.user(), "using its own identity");
         map.insert(spec.client_name.to_string(), token);
     }
@@ -307,13 +323,18 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn transient_failures_are_retried_with_back_off_until_the_bound() {
-        let stop = CancellationToken::new();
+        let (stop, clock) = (CancellationToken::new(), Clock::system());
         let started = tokio::time::Instant::now();
         let mut calls = 0;
         let bound = Duration::from_secs(1);
-        let got: Result<(), _> = with_retries("probe", &stop, bound, || {
+        let retry = Bound {
+            stop: &stop,
+            clock: &clock,
+            within: bound,
+        };
+        let got: Result<(), _> = with_retries("probe", retry, || {
             calls += 1;
             async { Err(Attempt::Transient("refused".into())) }
         })
@@ -331,17 +352,18 @@ mod tests {
         );
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_permanent_answer_ends_at_once_and_a_late_success_wins() {
-        let stop = CancellationToken::new();
-        let got: Result<(), _> = with_retries("probe", &stop, RETRY_BOUND, || async {
+        let (stop, clock) = (CancellationToken::new(), Clock::system());
+        let retry = Bound::start_up(&stop, &clock);
+        let got: Result<(), _> = with_retries("probe", retry, || async {
             Err(Attempt::Permanent("401".into()))
         })
         .await;
         assert!(matches!(got, Err(StartError::Permanent(m)) if m == "401"));
 
         let mut calls = 0;
-        let got = with_retries("probe", &stop, RETRY_BOUND, || {
+        let got = with_retries("probe", retry, || {
             calls += 1;
             let n = calls;
             async move {
@@ -356,12 +378,17 @@ mod tests {
         assert_eq!(got.ok(), Some(3));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_stalled_attempt_counts_against_the_bound() {
-        let stop = CancellationToken::new();
+        let (stop, clock) = (CancellationToken::new(), Clock::system());
         let started = tokio::time::Instant::now();
         let bound = Duration::from_millis(300);
-        let got: Result<(), _> = with_retries("probe", &stop, bound, || {
+        let retry = Bound {
+            stop: &stop,
+            clock: &clock,
+            within: bound,
+        };
+        let got: Result<(), _> = with_retries("probe", retry, || {
             std::future::pending::<Result<(), Attempt>>()
         })
         .await;

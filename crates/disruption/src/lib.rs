@@ -85,7 +85,7 @@ pub fn build(ctx: &ControllerContext) -> Result<Arc<Controller>, InitError> {
         .then_some(settings.stale_pod_disruption_timeout);
     let c = Arc::new(Controller {
         scale: scale::ScaleClient::new(client.clone()),
-        recorder: Recorder::new(client.clone(), events::COMPONENT),
+        recorder: Recorder::new(client.clone(), events::COMPONENT).with_clock(ctx.clock.clone()),
         client,
         pods,
         pdbs,

@@ -76,8 +76,10 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     // (what `kubectl get events --field-selector source=…` and dashboards
     // key on); an annotation says which mode wrote the event.
     let marks = mode::annotations(settings.job_managed_by.as_deref(), true);
-    let port =
-        controller::port::ApiPort::new(client.clone(), Recorder::annotated(client, NAME, marks));
+    let port = controller::port::ApiPort::new(
+        client.clone(),
+        Recorder::annotated(client, NAME, marks).with_clock(ctx.clock.clone()),
+    );
     let mut config = sync::Config::new(&ctx.features);
     if let Some(name) = settings.job_managed_by.as_deref() {
         config = config.beside(name).map_err(|e| InitError {

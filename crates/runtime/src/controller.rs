@@ -4,8 +4,6 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -199,18 +197,9 @@ pub struct Running {
     pub task: tokio::task::JoinHandle<()>,
 }
 
-/// A running controller's workers.
-pub type RunFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-/// Liveness of one controller, served under `/healthz`; fed by its
-/// [`Host`](crate::host::Host).
-pub use crate::host::Health;
-
-/// A controller that has registered its handlers and is ready to run.
-pub struct Started {
-    pub run: RunFuture,
-    pub health: Health,
-}
+/// Liveness of one controller, served under `/healthz`, and a controller
+/// ready to run; both made by its [`Host`](crate::host::Host).
+pub use crate::host::{Health, RunFuture, Started};
 
 #[derive(Debug, thiserror::Error)]
 #[error("starting {controller}: {message}")]

@@ -18,6 +18,11 @@
 //! retry (client-go only polls; a listed deviation that makes a graceful
 //! hand-over take about a second).
 //!
+//! Time: every read goes through the runtime's [`Clock`]
+//! ([`LeaderElector::with_clock`]): wall time for the Lease's renew and
+//! acquire times, monotonic time for how long a holder has gone unrenewed
+//! and for the fence, so tests run elections on paused tokio time.
+//!
 //! Marks: [`LeaderElector::with_annotations`] gives annotations every
 //! write of the Lease carries (kcm-rs says there which mode it runs in).
 //! They ride on the same compare-and-swap writes as the spec: no extra
@@ -26,18 +31,20 @@
 //! writes keeps them (its PUTs carry the metadata it read).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
 
 use futures::StreamExt;
-use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams, WatchEvent, WatchParams};
 use prometheus::IntGaugeVec;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::Fence;
+use crate::clock::Clock;
 use crate::metrics;
 
 #[derive(Debug, Clone)]
@@ -116,6 +123,7 @@ pub struct LeaderElector {
     held_at: Option<String>,
     /// Set on the Lease by every acquisition and renewal.
     annotations: BTreeMap<String, String>,
+    clock: Clock,
 }
 
 impl LeaderElector {
@@ -135,7 +143,16 @@ impl LeaderElector {
             written: None,
             held_at: None,
             annotations: BTreeMap::new(),
+            clock: Clock::system(),
         })
+    }
+
+    /// Reads time from `clock` (tests pass one that follows paused tokio
+    /// time; the process its one clock).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Annotations every acquisition and renewal sets on the Lease, over
@@ -151,7 +168,7 @@ impl LeaderElector {
     /// One acquisition or renewal attempt; on success the fence moves to
     /// the attempt's start + renew deadline.
     async fn attempt(&mut self) -> Result<bool, kube::Error> {
-        let started = tokio::time::Instant::now();
+        let started = self.clock.instant();
         let won = self.try_acquire_or_renew().await?;
         if won {
             self.fence.extend_to(started + self.cfg.renew_deadline);
@@ -286,7 +303,7 @@ impl LeaderElector {
         let spec = lease.spec.get_or_insert_with(Default::default);
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
-        spec.renew_time = Some(MicroTime(Timestamp::now()));
+        spec.renew_time = Some(MicroTime(self.clock.now()));
         self.api
             .replace(&self.cfg.name, &PostParams::default(), &lease)
             .await
@@ -295,7 +312,7 @@ impl LeaderElector {
 
     /// One step of client-go's tryAcquireOrRenew.
     async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
-        let now = Timestamp::now();
+        let now = self.clock.now();
         let secs = i32::try_from(self.cfg.lease_duration.as_secs()).unwrap_or(i32::MAX);
         let Some(mut lease) = self.api.get_opt(&self.cfg.name).await? else {
             let mut lease = Lease {
@@ -316,7 +333,7 @@ impl LeaderElector {
             mark(&mut lease.metadata, &self.annotations);
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(l) => {
-                    self.observed = l.spec.clone().map(|s| (s, Instant::now()));
+                    self.observed = l.spec.clone().map(|s| (s, self.clock.instant()));
                     self.written = Some(l);
                     Ok(true)
                 }
@@ -326,7 +343,7 @@ impl LeaderElector {
         };
         let spec = lease.spec.clone().unwrap_or_default();
         if self.observed.as_ref().is_none_or(|(s, _)| *s != spec) {
-            self.observed = Some((spec.clone(), Instant::now()));
+            self.observed = Some((spec.clone(), self.clock.instant()));
         }
         let holder = spec.holder_identity.as_deref().unwrap_or("");
         let me = holder == self.cfg.identity;
@@ -334,12 +351,9 @@ impl LeaderElector {
             .lease_duration_seconds
             .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)))
             .unwrap_or(self.cfg.lease_duration);
-        let observed_at = self
-            .observed
-            .as_ref()
-            .map(|(_, t)| *t)
-            .unwrap_or_else(Instant::now);
-        if !holder.is_empty() && !me && observed_at.elapsed() < held_for {
+        let now_mono = self.clock.instant();
+        let observed_at = self.observed.as_ref().map_or(now_mono, |(_, t)| *t);
+        if !holder.is_empty() && !me && now_mono.saturating_duration_since(observed_at) < held_for {
             self.held_at = lease.metadata.resource_version.clone();
             return Ok(false);
         }
@@ -361,7 +375,7 @@ impl LeaderElector {
             .await
         {
             Ok(l) => {
-                self.observed = l.spec.clone().map(|s| (s, Instant::now()));
+                self.observed = l.spec.clone().map(|s| (s, self.clock.instant()));
                 self.written = Some(l);
                 Ok(true)
             }
@@ -414,10 +428,13 @@ async fn wait_released(api: Api<Lease>, name: &str, rv: Option<String>) {
     std::future::pending().await
 }
 
-/// client-go waits retryPeriod × (1 + up to 1.2) between acquisition attempts.
+/// client-go waits retryPeriod × (1 + up to 1.2) between acquisition
+/// attempts; the fraction is random (the standard library's per-map seed).
 fn jitter(d: Duration) -> Duration {
-    let nanos = Instant::now().elapsed().subsec_nanos() ^ std::process::id();
-    let frac = f64::from(nanos % 1000) / 1000.0;
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let frac = f64::from(u32::try_from(random % 1000).unwrap_or(0)) / 1000.0;
     d.mul_f64(1.0 + 1.2 * frac)
 }
 
@@ -520,6 +537,62 @@ mod tests {
             "kcm-rs.dev/job-controller"
         );
         assert_eq!(post["spec"]["holderIdentity"], "me");
+    }
+
+    /// A standby on paused tokio time: the holder's Lease never changes, so
+    /// it is taken over once a lease duration has passed on the elector's
+    /// clock since the standby first saw it (not earlier, and with no real
+    /// time passing), the write carrying that clock's wall time; the fence
+    /// then runs to the attempt's start plus the renew deadline.
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_takes_over_an_unrenewed_lease_on_its_own_clock() {
+        use kcm_mock_api::{MockApi, Reply};
+        let held = serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "kcm-rs", "namespace": "kube-system", "resourceVersion": "7"},
+            "spec": {"holderIdentity": "other", "leaseDurationSeconds": 15,
+                     "renewTime": "2020-01-01T00:00:00.000000Z", "leaseTransitions": 2}});
+        let mock = MockApi::new()
+            .on("GET", [Reply::json(200, held)])
+            .on("PUT", [Reply::Echo(200)]);
+        let start = jiff::Timestamp::from_second(1_700_000_000).expect("valid");
+        let fence = Fence::closed();
+        let mut el = LeaderElector::new(mock.client(), cfg(15, 10, 2), fence.clone())
+            .expect("elector")
+            .with_clock(Clock::following_tokio(start));
+        let t0 = Instant::now();
+        let stop = CancellationToken::new();
+        let won = tokio::time::timeout(Duration::from_secs(120), el.acquire(&stop))
+            .await
+            .expect("acquired within two minutes of paused time");
+        assert!(won);
+        let put = mock
+            .seen()
+            .into_iter()
+            .find(|s| s.method == "PUT")
+            .expect("a PUT");
+        let waited = put.at - t0;
+        assert!(
+            waited >= Duration::from_secs(15) && waited <= Duration::from_millis(19_400),
+            "took over after {waited:?}: a lease duration, plus at most one jittered retry"
+        );
+        let renewed: jiff::Timestamp = put.body["spec"]["renewTime"]
+            .as_str()
+            .expect("renewTime")
+            .parse()
+            .expect("a time");
+        let wall = start + jiff::SignedDuration::try_from(waited).expect("small");
+        assert!(
+            renewed.duration_since(wall).abs() < jiff::SignedDuration::from_millis(1),
+            "renewTime {renewed} is the elector's clock ({wall})"
+        );
+        assert_eq!(put.body["spec"]["holderIdentity"], "me");
+        assert_eq!(put.body["spec"]["leaseTransitions"], 3);
+        let left = fence.remaining().expect("open");
+        assert!(
+            left <= Duration::from_secs(10) && left > Duration::from_secs(9),
+            "{left:?}"
+        );
     }
 
     #[test]

@@ -69,7 +69,8 @@ pub struct Evictor {
     events: Arc<dyn EvictionEvents>,
     /// `PodDisruptionConditions`: append `DisruptionTarget` before deleting.
     conditions: bool,
-    /// The condition's transition time (the runtime's one clock).
+    /// The condition's transition time and the deletion latency (the
+    /// runtime's one clock).
     clock: Clock,
 }
 
@@ -101,7 +102,7 @@ impl Evictor {
         loop {
             match self.add_condition_and_delete(args).await {
                 Ok(Outcome::Deleted) => {
-                    metrics().deleted(Instant::now().saturating_duration_since(fire_at));
+                    metrics().deleted(self.clock.instant().saturating_duration_since(fire_at));
                     return Ok(Outcome::Deleted);
                 }
                 Ok(Outcome::Replaced) => {

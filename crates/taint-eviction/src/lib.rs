@@ -28,6 +28,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Node;
 use kcm_features::Feature;
 use kcm_pod::CachedPod;
+use kcm_runtime::clock::Clock;
 use kcm_runtime::controller::{ControllerContext, ControllerSpec, InitError, Started};
 use kcm_runtime::events::Recorder;
 use kcm_runtime::host::{Guarded, Host};
@@ -64,19 +65,50 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     let pods = ctx.informers.informer::<CachedPod>();
     pods.add_index(BY_NODE_NAME, pod_node_index());
     let nodes = ctx.informers.informer::<Node>();
-    metrics::metrics();
-
-    let events: Arc<dyn EvictionEvents> = Arc::new(Recorder::new(client.clone(), NAME));
-    let evictor = Evictor::new(
+    let events: Arc<dyn EvictionEvents> =
+        Arc::new(Recorder::new(client.clone(), NAME).with_clock(ctx.clock.clone()));
+    let parts = Parts {
         client,
-        Arc::clone(&events),
-        ctx.features.enabled(Feature::PodDisruptionConditions),
-        ctx.clock.clone(),
-    );
+        events,
+        pods,
+        nodes,
+        conditions: ctx.features.enabled(Feature::PodDisruptionConditions),
+        host: ctx.host(NAME),
+        clock: ctx.clock.clone(),
+    };
+    Ok(start(parts, ctx.stop.clone()))
+}
+
+/// What the controller is built from: [`init`] takes them from the
+/// process's context, tests from fed informers and a mock API.
+struct Parts {
+    client: kube::Client,
+    events: Arc<dyn EvictionEvents>,
+    /// Indexed by node ([`BY_NODE_NAME`]).
+    pods: Arc<Informer<CachedPod>>,
+    nodes: Arc<Informer<Node>>,
+    /// `PodDisruptionConditions`.
+    conditions: bool,
+    host: Host,
+    clock: Clock,
+}
+
+/// Registers the handlers and returns the workers on the host.
+fn start(parts: Parts, stop: CancellationToken) -> Started {
+    let Parts {
+        client,
+        events,
+        pods,
+        nodes,
+        conditions,
+        host,
+        clock,
+    } = parts;
+    metrics::metrics();
+    let evictor = Evictor::new(client, Arc::clone(&events), conditions, clock.clone());
     // Evictions run under the host's guard too: one that panics or runs
     // past the sync timeout ends like a failed one (dropped, re-evaluated on
     // a later pod or node event), freeing its pod's key.
-    let host = ctx.host(NAME);
     let evictions = host.activity("evictions", None);
     let guard = host.clone();
     let work: WorkFn = Arc::new(move |args, fire_at| {
@@ -96,7 +128,8 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
         pods: Arc::clone(&pods),
         nodes: Arc::clone(&nodes),
     });
-    let manager = Arc::new(TaintManager::new(cache, TimedQueue::new(work), events));
+    let timers = TimedQueue::new(work, clock.clone());
+    let manager = Arc::new(TaintManager::new(cache, timers, events, clock));
 
     // De-duplicating queues: only an item whose handling panicked is
     // retried through them.
@@ -104,7 +137,6 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     let pod_queue = WorkQueue::new(POD_QUEUE, RateLimit::controller_default());
     handlers::register(&pods, &nodes, pod_queue.clone(), node_queue.clone());
 
-    let stop = ctx.stop.clone();
     let run = run(
         host.clone(),
         pods,
@@ -114,7 +146,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
         pod_queue,
         stop.clone(),
     );
-    Ok(host.start(run, stop))
+    host.start(run, stop)
 }
 
 /// Waits for both caches, runs the workers until `stop`, then stops the
@@ -147,3 +179,6 @@ async fn run(
     manager.evictions().wait().await;
     tracing::info!(controller = NAME, "shut down");
 }
+
+#[cfg(test)]
+mod tests;

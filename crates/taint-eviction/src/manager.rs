@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kcm_pod::CachedPod;
+use kcm_runtime::clock::Clock;
 use kcm_runtime::informer::{BY_NODE_NAME, Informer};
 use parking_lot::Mutex;
 use tokio::time::Instant;
@@ -59,6 +60,7 @@ pub struct TaintManager {
     tainted: Mutex<HashMap<String, Vec<Taint>>>,
     evictions: TimedQueue,
     events: Arc<dyn EvictionEvents>,
+    clock: Clock,
 }
 
 fn node_of(pod: &CachedPod) -> &str {
@@ -74,12 +76,14 @@ impl TaintManager {
         cache: Arc<dyn Cache>,
         evictions: TimedQueue,
         events: Arc<dyn EvictionEvents>,
+        clock: Clock,
     ) -> Self {
         TaintManager {
             cache,
             tainted: Mutex::default(),
             evictions,
             events,
+            clock,
         }
     }
 
@@ -134,7 +138,7 @@ impl TaintManager {
             }
             return;
         }
-        let now = Instant::now();
+        let now = self.clock.instant();
         for pod in &pods {
             self.process_pod_on_node(pod, name, &taints, now);
         }
@@ -160,7 +164,7 @@ impl TaintManager {
         let Some(taints) = self.known_taints(node) else {
             return;
         };
-        self.process_pod_on_node(&pod, node, &taints, Instant::now());
+        self.process_pod_on_node(&pod, node, &taints, self.clock.instant());
     }
 
     fn process_pod_on_node(&self, pod: &CachedPod, node: &str, taints: &[Taint], now: Instant) {

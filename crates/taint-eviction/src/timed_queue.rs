@@ -9,13 +9,15 @@
 //! at once and concurrently as upstream's per-timer goroutines do (a slow
 //! API call for one pod never delays another pod's eviction), and upstream
 //! has no work-queue metrics for these timers that we would have to invent.
-//! Time is `tokio::time`, so tests pause and advance it.
+//! Time is the runtime's [`Clock`] (tokio's monotonic time), so tests pause
+//! and advance it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use kcm_runtime::clock::Clock;
 use parking_lot::Mutex;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
@@ -91,6 +93,7 @@ pub struct TimedQueue {
     state: Arc<Mutex<State>>,
     work: WorkFn,
     tracker: TaskTracker,
+    clock: Clock,
 }
 
 impl std::fmt::Debug for TimedQueue {
@@ -102,11 +105,12 @@ impl std::fmt::Debug for TimedQueue {
 }
 
 impl TimedQueue {
-    pub fn new(work: WorkFn) -> Self {
+    pub fn new(work: WorkFn, clock: Clock) -> Self {
         TimedQueue {
             state: Arc::default(),
             work,
             tracker: TaskTracker::new(),
+            clock,
         }
     }
 
@@ -122,7 +126,7 @@ impl TimedQueue {
         }
         st.next_id = st.next_id.wrapping_add(1);
         let id = st.next_id;
-        let now = Instant::now();
+        let now = self.clock.instant();
         let immediate = fire_at <= now;
         let info = Scheduled {
             uid: args.uid.clone(),
@@ -138,9 +142,10 @@ impl TimedQueue {
             let state = Arc::clone(&self.state);
             let work = Arc::clone(&self.work);
             let key = key.clone();
+            let clock = self.clock.clone();
             async move {
                 if !immediate {
-                    sleep_until(fire_at).await;
+                    sleep_until(&clock, fire_at).await;
                     if !start(&state, &key, id) {
                         return;
                     }
@@ -230,9 +235,9 @@ fn start(state: &Mutex<State>, key: &str, id: u64) -> bool {
     }
 }
 
-async fn sleep_until(at: Instant) {
+async fn sleep_until(clock: &Clock, at: Instant) {
     loop {
-        let now = Instant::now();
+        let now = clock.instant();
         if now >= at {
             return;
         }
@@ -263,7 +268,7 @@ mod tests {
                 }
             })
         });
-        (TimedQueue::new(work), log)
+        (TimedQueue::new(work, Clock::system()), log)
     }
 
     fn args(name: &str, uid: &str) -> WorkArgs {

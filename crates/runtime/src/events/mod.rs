@@ -39,6 +39,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::client::LeanApi;
+use crate::clock::Clock;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Event, ObjectReference};
 use kube::api::{Patch, PatchParams, PostParams};
@@ -83,6 +84,9 @@ pub struct Recorder {
     tx: mpsc::Sender<Msg>,
     component: &'static str,
     dropped: Arc<AtomicU64>,
+    /// When an event happened (and so how it aggregates and is rate
+    /// limited): the runtime's one clock.
+    clock: Clock,
 }
 
 impl std::fmt::Debug for Msg {
@@ -152,7 +156,16 @@ impl Recorder {
             tx,
             component,
             dropped: Arc::default(),
+            clock: Clock::system(),
         }
+    }
+
+    /// Stamps events with `clock`'s wall time (the controller's clock;
+    /// tests pass one that follows paused tokio time).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Clock) -> Recorder {
+        self.clock = clock;
+        self
     }
 
     /// The component this recorder writes as.
@@ -174,7 +187,7 @@ impl Recorder {
             type_,
             reason: reason.to_owned(),
             message: message.into(),
-            at: Timestamp::now(),
+            at: self.clock.now(),
         };
         match self.tx.try_send(Msg::Event(Box::new(pending))) {
             Ok(()) => {}

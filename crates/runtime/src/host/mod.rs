@@ -13,9 +13,11 @@
 //!   every period (pod GC). A pass reports [`Progress`] as it goes; the
 //!   bounds then apply to the time since its last progress, so a long but
 //!   moving pass (thousands of deletes at the client's QPS) is never cut.
-//! * [`Host::guard`], [`Host::queue_activity`] and [`Host::activity`]: the
-//!   parts, for loops of their own (taint eviction's sharded workers, its
-//!   eviction timers).
+//! * [`Host::sharded`]: workers that own shards of the keys of one or more
+//!   queues, served in priority order, with the same handling of each key
+//!   (taint eviction's node and pod queues, as upstream lays them out).
+//! * [`Host::guard`] and [`Host::activity`]: the parts, for work that is
+//!   not a queue's (taint eviction's eviction timers).
 //! * [`Host::track`] and [`Host::wait_for_sync`]: the controller's
 //!   informers, waited for once before the workers start.
 //! * [`Health`]: fed by all of the above. `/healthz/<controller>` fails
@@ -27,8 +29,13 @@
 //!   before the process stopped. It passes again as soon as that is no
 //!   longer true.
 //!
-//! Time is tokio's ([`Clock`]): tests drive every bound with
-//! `tokio::time::pause` and `advance`.
+//! Time is the runtime's one [`Clock`] (its monotonic part is tokio's):
+//! tests drive every bound with `tokio::time::pause` and `advance`.
+//!
+//! Layout: `mod.rs` the host and its settings; `worker.rs` the guard and
+//! the worker pool over one queue; `sharded.rs` sharded workers over
+//! several; `periodic.rs` periodic passes; `health.rs` activities and the
+//! health they feed; `metrics.rs` the panic and timeout counters.
 //!
 //! # The bounds, and why
 //!
@@ -65,6 +72,7 @@
 mod health;
 mod metrics;
 mod periodic;
+mod sharded;
 mod worker;
 
 #[cfg(test)]
@@ -80,11 +88,11 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::controller::Started;
 use crate::informer::{Informable, Informer};
 use crate::workqueue::WorkQueue;
 
 pub use health::{Activity, Health, Progress, Slot};
+pub use sharded::Sharded;
 pub use worker::{Guarded, Workers};
 
 use metrics::SyncMetrics;
@@ -130,6 +138,16 @@ impl HostSettings {
 
 /// The host reads the runtime's one clock (its monotonic part).
 pub use crate::clock::Clock;
+
+/// A running controller's workers.
+pub type RunFuture = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A controller that has registered its handlers and is ready to run:
+/// its workers and their health ([`Host::start`]).
+pub struct Started {
+    pub run: RunFuture,
+    pub health: Health,
+}
 
 /// An informer as the host sees it.
 trait Tracked: Send + Sync {

@@ -164,68 +164,82 @@ where
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: Display + Send + 'static,
     {
+        let count = self.count;
+        let lane = Arc::new(self.lane(sync));
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..count {
+            let lane = Arc::clone(&lane);
+            tasks.spawn(async move {
+                while let Some(key) = lane.queue.get().await {
+                    lane.process(key).await;
+                }
+            });
+        }
+        stop.cancelled().await;
+        lane.queue.shutdown();
+        while tasks.join_next().await.is_some() {}
+    }
+
+    /// The handling of this pool's keys by `sync`, its activity started.
+    pub(super) fn lane<F>(self, sync: F) -> Lane<K, F> {
         let activity = self.host.queue_activity(&self.queue);
         activity.start();
-        let pool = Arc::new(Pool {
+        Lane {
             host: self.host,
             queue: self.queue,
             noun: self.noun,
             span: self.span,
             sync,
             activity,
-        });
-        let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..self.count {
-            tasks.spawn(Arc::clone(&pool).work());
         }
-        stop.cancelled().await;
-        pool.queue.shutdown();
-        while tasks.join_next().await.is_some() {}
     }
 }
 
-struct Pool<K, F> {
+/// What a worker does with the keys of one queue, written once for
+/// [`Workers`] and for [`Sharded`](super::Sharded) workers.
+pub(super) struct Lane<K, F> {
     host: Host,
-    queue: WorkQueue<K>,
+    pub(super) queue: WorkQueue<K>,
     noun: &'static str,
     span: SpanFn<K>,
     sync: F,
     activity: Activity,
 }
 
-impl<K, F, Fut, E> Pool<K, F>
+impl<K, F, Fut, E> Lane<K, F>
 where
     K: Clone + Eq + Hash + Debug + Send + Sync + 'static,
     F: Fn(K) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), E>> + Send + 'static,
     E: Display + Send + 'static,
 {
-    async fn work(self: Arc<Self>) {
-        while let Some(key) = self.queue.get().await {
-            let span = (self.span)(&key);
-            let slot = self.activity.begin(format!("sync of {key:?}"));
-            let then = "requeued with back-off";
-            match self
-                .host
-                .guard(&slot, &span, then, || (self.sync)(key.clone()))
-                .await
-            {
-                Guarded::Finished(Ok(())) => {
-                    slot.finish(true);
-                    self.queue.forget(&key);
-                }
-                Guarded::Finished(Err(e)) => {
-                    slot.finish(true);
-                    let noun = self.noun;
-                    span.in_scope(|| tracing::warn!("syncing {noun}: {e}"));
-                    self.queue.add_rate_limited(key.clone());
-                }
-                Guarded::TimedOut | Guarded::Panicked(_) => {
-                    drop(slot);
-                    self.queue.add_rate_limited(key.clone());
-                }
+    /// One key taken from the queue: `sync` under [`Host::guard`];
+    /// `forget` on success, `add_rate_limited` on an error, a timeout or a
+    /// panic; `done` always.
+    pub(super) async fn process(&self, key: K) {
+        let span = (self.span)(&key);
+        let slot = self.activity.begin(format!("sync of {key:?}"));
+        let then = "requeued with back-off";
+        match self
+            .host
+            .guard(&slot, &span, then, || (self.sync)(key.clone()))
+            .await
+        {
+            Guarded::Finished(Ok(())) => {
+                slot.finish(true);
+                self.queue.forget(&key);
             }
-            self.queue.done(&key);
+            Guarded::Finished(Err(e)) => {
+                slot.finish(true);
+                let noun = self.noun;
+                span.in_scope(|| tracing::warn!("syncing {noun}: {e}"));
+                self.queue.add_rate_limited(key.clone());
+            }
+            Guarded::TimedOut | Guarded::Panicked(_) => {
+                drop(slot);
+                self.queue.add_rate_limited(key.clone());
+            }
         }
+        self.queue.done(&key);
     }
 }

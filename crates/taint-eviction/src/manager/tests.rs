@@ -72,8 +72,9 @@ impl Fixture {
         });
         let manager = TaintManager::new(
             Arc::clone(&cache) as Arc<dyn Cache>,
-            TimedQueue::new(work),
+            TimedQueue::new(work, Clock::system()),
             Arc::clone(&events) as Arc<dyn EvictionEvents>,
+            Clock::system(),
         );
         Fixture {
             cache,
