@@ -4,9 +4,13 @@
 #
 # The test files are taken at build time from the pinned k8s.io/kubernetes
 # module in the Go module cache, copied to target/upstream-suites/1.N/src
-# (never into the repository) and patched (patches/1.N/*.patch): each
-# in-process controller start becomes a start of $KCM_UNDER_TEST through
-# extctl/, and the metric checks scrape that process's /metrics.
+# (never into the repository) and patched: each in-process controller start
+# becomes a start of $KCM_UNDER_TEST through extctl/, and the metric checks
+# scrape that process's /metrics. One patch per suite serves every minor
+# from its own on, until a newer minor's directory has one of its own: 1.N's
+# SUITE.patch is patches/1.M/SUITE.patch for the newest M <= N (patch_of).
+# Patches apply with no fuzz (line offsets only), so a patch that no longer
+# fits a newer minor's tests fails instead of landing in the wrong place.
 #
 # usage:
 #   suites.sh prepare 1.N             copy and patch the tests
@@ -52,6 +56,18 @@ kdir_of() {
   (cd "$(mktemp -d)" && go mod download -json "k8s.io/kubernetes@$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
 }
 
+# The patch of SUITE for minor 1.N: the newest patches/1.M/SUITE.patch with
+# M <= N, or nothing.
+patch_of() {
+  local n="${1#1.}" s="$2" d m best="" best_m=-1
+  for d in "$here/patches/"1.*; do
+    m="${d##*/1.}"
+    [[ -f "$d/$s.patch" && "$m" -le "$n" && "$m" -gt "$best_m" ]] || continue
+    best="$d/$s.patch"; best_m="$m"
+  done
+  echo "$best"
+}
+
 prepare() {
   local v kver kdir src mf s p
   v="$(minor "$1")"; kver="$(kver_of "$v")"; mf="$(modfile_of "$v")"
@@ -66,9 +82,10 @@ prepare() {
     cp "$kdir/test/integration/$s/"*.go "$src/$s/"
   done
   chmod -R u+w "$src"
-  for p in "$here/patches/$v/"*.patch; do
-    [[ -f "$p" ]] || continue
-    if ! patch -p1 -s -d "$src" --no-backup-if-mismatch < "$p"; then
+  for s in "${all_suites[@]}"; do
+    p="$(patch_of "$v" "$s")"
+    [[ -n "$p" ]] || continue
+    if ! patch -p1 -s -F0 -d "$src" --no-backup-if-mismatch < "$p"; then
       echo "error: $p does not apply to k8s.io/kubernetes@$kver's tests" >&2; exit 1
     fi
   done
