@@ -9,6 +9,7 @@ use std::time::Duration;
 use parking_lot::Mutex as PMutex;
 use tokio::time::{Instant, advance, timeout};
 
+use super::ready::InFlightLimit;
 use super::*;
 
 fn fair(name: &str) -> WorkQueue<String> {
@@ -66,6 +67,14 @@ impl Model {
         );
     }
 
+    /// Keys of `lane` in flight.
+    fn busy(&self, lane: &str) -> usize {
+        self.processing
+            .iter()
+            .filter(|k| namespace_lane(*k) == lane)
+            .count()
+    }
+
     fn done(&mut self, k: &str) {
         assert!(self.processing.remove(k));
         if self.dirty.contains(k) {
@@ -80,6 +89,17 @@ impl Model {
 /// model. Returns how many keys were handed out after the quiet key was
 /// added and before it, and how many flooding namespaces there were.
 async fn run_seed(q: &WorkQueue<String>, seed: u64) -> (usize, usize) {
+    run_seed_limited(q, seed, None).await
+}
+
+/// [`run_seed`] on a queue with `limit` (five workers): also every key
+/// handed out was admitted by the limit, and when none is, no ready key
+/// was.
+async fn run_seed_limited(
+    q: &WorkQueue<String>,
+    seed: u64,
+    limit: Option<InFlightLimit>,
+) -> (usize, usize) {
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let floods = 1 + rng.below(8);
     let mut m = Model::default();
@@ -115,6 +135,13 @@ async fn run_seed(q: &WorkQueue<String>, seed: u64) -> (usize, usize) {
             }
             _ if m.processing.len() < 5 => match get_now(q).await {
                 Some(k) => {
+                    if let Some(l) = limit {
+                        let busy = m.busy(namespace_lane(&k));
+                        assert!(
+                            l.admits(m.processing.len(), busy),
+                            "seed {seed}: {k} not admitted"
+                        );
+                    }
                     m.got(&k);
                     if k == "quiet/j" {
                         if let Some(n) = since_quiet.take() {
@@ -124,7 +151,16 @@ async fn run_seed(q: &WorkQueue<String>, seed: u64) -> (usize, usize) {
                         *n += 1;
                     }
                 }
-                None => assert!(m.ready.is_empty(), "seed {seed}: nothing handed out"),
+                None => {
+                    let admitted = |k: &String| {
+                        limit
+                            .is_none_or(|l| l.admits(m.processing.len(), m.busy(namespace_lane(k))))
+                    };
+                    assert!(
+                        !m.ready.iter().any(admitted),
+                        "seed {seed}: nothing handed out"
+                    );
+                }
             },
             _ => {}
         }
@@ -159,6 +195,22 @@ async fn model_and_fairness_bound_over_random_runs() {
         assert!(
             before <= floods,
             "seed {seed}: {before} keys handed out before the quiet one, {floods} flooding lanes"
+        );
+    }
+}
+
+/// The same with an in-flight limit of three plus two spares: the bound
+/// holds, and so does the limit (checked on every hand-out).
+#[tokio::test(start_paused = true)]
+async fn model_and_fairness_bound_with_an_in_flight_limit() {
+    let limit = InFlightLimit { base: 3, spare: 2 };
+    for seed in 0..200 {
+        let q = fair("test_fair_model_limited");
+        q.limit_in_flight(limit);
+        let (before, floods) = run_seed_limited(&q, seed, Some(limit)).await;
+        assert!(
+            before <= floods,
+            "seed {seed}: {before} before, {floods} lanes"
         );
     }
 }
@@ -324,4 +376,132 @@ async fn lanes_are_bounded_by_ready_keys() {
         0,
         "ignored after shutdown"
     );
+}
+
+fn limited(name: &str, base: usize, spare: usize) -> WorkQueue<String> {
+    let q = fair(name);
+    q.limit_in_flight(InFlightLimit { base, spare });
+    q
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_lane_holds_at_most_base_and_spares_go_to_idle_lanes() {
+    let q = limited("test_fair_limit", 2, 2);
+    for i in 0..5 {
+        q.add(format!("a/j{i}"));
+    }
+    assert_eq!(get_now(&q).await.as_deref(), Some("a/j0"));
+    assert_eq!(get_now(&q).await.as_deref(), Some("a/j1"));
+    // Lane a holds the two base workers: its other keys wait, as upstream
+    // with two workers.
+    assert_eq!(get_now(&q).await, None);
+    assert_eq!(q.len(), 3);
+    // A lane with nothing in flight takes a spare, once.
+    q.add("b/j0".to_string());
+    q.add("b/j1".to_string());
+    assert_eq!(get_now(&q).await.as_deref(), Some("b/j0"));
+    assert_eq!(get_now(&q).await, None);
+    q.add("c/j0".to_string());
+    assert_eq!(get_now(&q).await.as_deref(), Some("c/j0"));
+    // Base and spares all held.
+    q.add("d/j0".to_string());
+    assert_eq!(get_now(&q).await, None);
+    // One done: four in flight is under base + spare, and d has none.
+    q.done(&"a/j0".to_string());
+    assert_eq!(get_now(&q).await.as_deref(), Some("d/j0"));
+    assert_eq!(get_now(&q).await, None);
+    // Three more done, one left in flight: under base, so the lane whose
+    // turn it is (a), then a spare for b, which has none in flight again.
+    for k in ["c/j0", "d/j0", "b/j0"] {
+        q.done(&k.to_string());
+    }
+    assert_eq!(get_now(&q).await.as_deref(), Some("a/j2"));
+    assert_eq!(get_now(&q).await.as_deref(), Some("b/j1"));
+    assert_eq!(get_now(&q).await, None);
+    for k in ["a/j1", "a/j2", "b/j1"] {
+        q.done(&k.to_string());
+    }
+    assert!(q.inner.state.lock().processing.is_empty());
+    match &q.inner.state.lock().queue {
+        ready::Ready::Fair(l) => {
+            assert!(l.busy_lanes() == 0, "in-flight counts outlived their keys")
+        }
+        ready::Ready::Fifo(_) => unreachable!(),
+    }
+}
+
+/// Workers blocked while every ready key is held back by the limit wake
+/// when a key is done.
+#[tokio::test(start_paused = true)]
+async fn a_held_back_key_starts_when_a_worker_frees() {
+    let q = limited("test_fair_limit_wake", 1, 0);
+    q.add("a/j0".to_string());
+    q.add("a/j1".to_string());
+    assert_eq!(get_now(&q).await.as_deref(), Some("a/j0"));
+    let q2 = q.clone();
+    let waiter = tokio::spawn(async move { q2.get().await });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!waiter.is_finished());
+    q.done(&"a/j0".to_string());
+    let got = timeout(Duration::from_millis(10), waiter).await;
+    assert!(matches!(got, Ok(Ok(Some(ref k))) if k == "a/j1"), "{got:?}");
+}
+
+/// Scenario B of docs/fair-share.md: five workers held by one lane's long
+/// syncs. Without spares the quiet key waits for one of them to end; with
+/// five spares it starts at once, and the flood still gets only five.
+#[tokio::test(start_paused = true)]
+async fn spare_workers_start_a_quiet_key_while_long_syncs_hold_the_base() {
+    async fn quiet_start(q: WorkQueue<String>, workers: usize) -> (Duration, usize) {
+        let started: Arc<PMutex<Option<Instant>>> = Arc::default();
+        let flood_busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..workers {
+            let (q, started, busy, most) = (
+                q.clone(),
+                Arc::clone(&started),
+                Arc::clone(&flood_busy),
+                Arc::clone(&most),
+            );
+            tasks.push(tokio::spawn(async move {
+                use std::sync::atomic::Ordering::SeqCst;
+                while let Some(k) = q.get().await {
+                    if k == "quiet/j" {
+                        *started.lock() = Some(Instant::now());
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    } else {
+                        let now = busy.fetch_add(1, SeqCst) + 1;
+                        most.fetch_max(now, SeqCst);
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                        busy.fetch_sub(1, SeqCst);
+                    }
+                    q.done(&k);
+                }
+            }));
+        }
+        for i in 0..20 {
+            q.add(format!("flood/j{i}"));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let t0 = Instant::now();
+        q.add("quiet/j".to_string());
+        while started.lock().is_none() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        q.shutdown();
+        for t in tasks {
+            t.abort();
+        }
+        let waited = started.lock().map_or(Duration::MAX, |s| s - t0);
+        (waited, most.load(std::sync::atomic::Ordering::SeqCst))
+    }
+    let (without, _) = quiet_start(limited("test_fair_spares_off", 5, 0), 5).await;
+    let (with, flood_most) = quiet_start(limited("test_fair_spares_on", 5, 5), 10).await;
+    assert!(
+        without >= Duration::from_secs(58),
+        "without spares: {without:?}"
+    );
+    assert!(with <= Duration::from_millis(1), "with spares: {with:?}");
+    assert_eq!(flood_most, 5, "one lane never holds more than base workers");
 }

@@ -37,7 +37,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub use rate_limit::{BucketLimit, RateLimit};
-pub use ready::{LaneFn, namespace_lane};
+pub use ready::{InFlightLimit, LaneFn, namespace_lane};
 
 use metrics::QueueMetrics;
 use rate_limit::RateLimiter;
@@ -216,6 +216,16 @@ where
         Self::build(name, rate_limit, Ready::fair(lane))
     }
 
+    /// Limits how many keys of a fair queue are in flight at once (no
+    /// effect on a FIFO queue): `limit.base` from any lanes, and up to
+    /// `limit.spare` more, each of a lane with no other key in flight. Run
+    /// `base + spare` workers: one lane then never holds more than `base`
+    /// of them, and a lane that has none in flight starts a key at once
+    /// unless `spare` other lanes already hold a spare worker each.
+    pub fn limit_in_flight(&self, limit: InFlightLimit) {
+        self.inner.state.lock().queue.set_limit(limit);
+    }
+
     fn build(name: &str, rate_limit: RateLimit, ready: Ready<K>) -> Self {
         let now = Instant::now();
         let inner = Arc::new(Inner {
@@ -335,7 +345,8 @@ where
                 let now = Instant::now();
                 let m = &self.inner.metrics;
                 let pushed = st.promote_due(now, m);
-                if let Some(key) = st.queue.pop_front() {
+                let in_flight = st.processing.len();
+                if let Some(key) = st.queue.pop_front(in_flight) {
                     if let Some(added) = st.dirty.remove(&key) {
                         m.queue_duration
                             .observe(now.saturating_duration_since(added).as_secs_f64());
@@ -369,6 +380,7 @@ where
         let Some(started) = st.processing.remove(key) else {
             return;
         };
+        st.queue.finished(key);
         let now = Instant::now();
         self.inner
             .metrics
@@ -378,9 +390,11 @@ where
         if requeue {
             st.queue.push_back(key.clone());
         }
+        // A key the in-flight limit held back may start now.
+        let wake = !st.queue.is_empty();
         let idle = st.processing.is_empty();
         drop(st);
-        if requeue {
+        if wake {
             self.inner.ready.notify_one();
         }
         if idle {

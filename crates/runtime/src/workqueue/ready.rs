@@ -10,9 +10,16 @@
 //! with nothing else ready is handed out after at most one key of each
 //! other lane, however many keys those lanes hold.
 //!
+//! Turns alone cannot help a key while every worker is held by another
+//! lane's long syncs (a few Jobs creating hundreds of pods each). With an
+//! [`InFlightLimit`] a lane holds at most `base` workers, and up to `spare`
+//! more workers serve only lanes that have none: a newcomer starts at once
+//! unless `spare` other lanes already hold one of them each.
+//!
 //! Memory: a lane exists only while it holds ready keys (it is removed
-//! when its last key is handed out or on shutdown), so the lanes never
-//! outnumber the ready keys, and lane names a tenant chose (namespaces)
+//! when its last key is handed out or on shutdown), and a lane's in-flight
+//! count only while it has keys in flight, so neither outnumbers the keys
+//! that are ready or in flight, and lane names a tenant chose (namespaces)
 //! do not outlive their keys.
 
 use std::collections::{HashMap, VecDeque};
@@ -31,6 +38,23 @@ pub fn namespace_lane<K: AsRef<str>>(key: &K) -> &str {
     key.as_ref().split_once('/').map_or("", |(ns, _)| ns)
 }
 
+/// How many keys of a fair queue may be in flight (see the module notes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InFlightLimit {
+    /// Keys in flight at most, from any lanes.
+    pub base: usize,
+    /// Further keys in flight, each of a lane that has no other in flight.
+    pub spare: usize,
+}
+
+impl InFlightLimit {
+    /// Whether a key of a lane with `lane_busy` keys in flight may start
+    /// while `total` keys are in flight.
+    pub(super) fn admits(self, total: usize, lane_busy: usize) -> bool {
+        total < self.base || (lane_busy == 0 && total < self.base.saturating_add(self.spare))
+    }
+}
+
 pub(super) enum Ready<K> {
     Fifo(VecDeque<K>),
     Fair(Lanes<K>),
@@ -43,6 +67,9 @@ pub(super) struct Lanes<K> {
     /// Every lane of `lanes` once, in turn order.
     turns: VecDeque<Arc<str>>,
     len: usize,
+    /// Keys in flight per lane; never a zero count.
+    busy: HashMap<Arc<str>, usize>,
+    limit: Option<InFlightLimit>,
 }
 
 impl<K: Eq + Hash> Ready<K> {
@@ -56,7 +83,16 @@ impl<K: Eq + Hash> Ready<K> {
             lanes: HashMap::new(),
             turns: VecDeque::new(),
             len: 0,
+            busy: HashMap::new(),
+            limit: None,
         })
+    }
+
+    /// Sets the in-flight limit of a fair queue (a FIFO has none).
+    pub(super) fn set_limit(&mut self, limit: InFlightLimit) {
+        if let Ready::Fair(l) = self {
+            l.limit = Some(limit);
+        }
     }
 
     /// Queues `key` last in its lane (a new lane takes the last turn).
@@ -67,12 +103,28 @@ impl<K: Eq + Hash> Ready<K> {
         }
     }
 
-    /// The next key: the FIFO's first, or the first of the lane whose turn
-    /// it is (that lane then takes the last turn, if it has keys left).
-    pub(super) fn pop_front(&mut self) -> Option<K> {
+    /// The next key to start while `in_flight` keys are in flight: the
+    /// FIFO's first, or the first key of the first lane in turn order that
+    /// the limit admits (that lane then takes the last turn, if it has keys
+    /// left; lanes passed over keep their places). `None` when no ready key
+    /// may start.
+    pub(super) fn pop_front(&mut self, in_flight: usize) -> Option<K> {
         match self {
             Ready::Fifo(q) => q.pop_front(),
-            Ready::Fair(l) => l.pop_front(),
+            Ready::Fair(l) => l.pop_front(in_flight),
+        }
+    }
+
+    /// A key handed out by [`pop_front`](Self::pop_front) is done.
+    pub(super) fn finished(&mut self, key: &K) {
+        if let Ready::Fair(l) = self {
+            let name = (l.lane_of)(key);
+            if let Some(n) = l.busy.get_mut(name) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    l.busy.remove(name);
+                }
+            }
         }
     }
 
@@ -81,6 +133,10 @@ impl<K: Eq + Hash> Ready<K> {
             Ready::Fifo(q) => q.len(),
             Ready::Fair(l) => l.len,
         }
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     pub(super) fn clear(&mut self) {
@@ -118,6 +174,12 @@ impl<K: Eq + Hash> Ready<K> {
 }
 
 impl<K> Lanes<K> {
+    /// How many lanes have keys in flight.
+    #[cfg(test)]
+    pub(super) fn busy_lanes(&self) -> usize {
+        self.busy.len()
+    }
+
     fn push_back(&mut self, key: K) {
         let name = (self.lane_of)(&key);
         if let Some(lane) = self.lanes.get_mut(name) {
@@ -130,10 +192,19 @@ impl<K> Lanes<K> {
         self.len += 1;
     }
 
-    fn pop_front(&mut self) -> Option<K> {
+    fn pop_front(&mut self, in_flight: usize) -> Option<K> {
         // Every lane in `turns` is in `lanes` and not empty; the loop only
         // guards against that invariant breaking (a stale turn is dropped).
-        while let Some(name) = self.turns.pop_front() {
+        loop {
+            let at = match self.limit {
+                None => 0,
+                // Lanes passed over all have keys in flight, so this looks
+                // at no more lanes than there are keys in flight.
+                Some(limit) => self.turns.iter().position(|name| {
+                    limit.admits(in_flight, self.busy.get(name).copied().unwrap_or(0))
+                })?,
+            };
+            let name = self.turns.remove(at)?;
             let Some(lane) = self.lanes.get_mut(&name) else {
                 continue;
             };
@@ -144,12 +215,12 @@ impl<K> Lanes<K> {
             if lane.is_empty() {
                 self.lanes.remove(&name);
             } else {
-                self.turns.push_back(name);
+                self.turns.push_back(Arc::clone(&name));
             }
+            *self.busy.entry(name).or_insert(0) += 1;
             self.len = self.len.saturating_sub(1);
             return Some(key);
         }
-        None
     }
 }
 
@@ -162,7 +233,7 @@ mod tests {
     }
 
     fn drain(r: &mut Ready<String>) -> Vec<String> {
-        std::iter::from_fn(|| r.pop_front()).collect()
+        std::iter::from_fn(|| r.pop_front(0)).collect()
     }
 
     #[test]
@@ -204,7 +275,7 @@ mod tests {
         for k in ["a/1", "b/1", "b/2"] {
             r.push_back(k.to_string());
         }
-        assert_eq!(r.pop_front().as_deref(), Some("a/1"));
+        assert_eq!(r.pop_front(0).as_deref(), Some("a/1"));
         r.push_back("a/2".to_string());
         assert_eq!(drain(&mut r), ["b/1", "a/2", "b/2"]);
     }
@@ -218,7 +289,7 @@ mod tests {
         assert_eq!(r.lanes(), 100);
         r.clear();
         assert_eq!((r.len(), r.lanes()), (0, 0));
-        assert_eq!(r.pop_front(), None);
+        assert_eq!(r.pop_front(0), None);
     }
 
     #[test]
