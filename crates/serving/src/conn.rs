@@ -10,17 +10,21 @@
 //!
 //! At most [`MAX_CONNECTIONS`] are open. When full, a new connection closes
 //! another, the first of these kinds that has one, oldest first:
-//! 1. half-open (read, and it had sent nothing [`HALF_OPEN_AFTER`] after
-//!    it was accepted: a client's first bytes may trail its connect, and a
-//!    scraper connecting amid a flood must not be taken for half-open);
+//! 1. half-open: read, and it had sent nothing [`HALF_OPEN_AFTER`] after
+//!    it was accepted;
 //! 2. every request in flight waits for a review of a credential never
 //!    authorized (a random token: `auth.rs`), on a connection that never
 //!    had a request authorized;
 //! 3. between requests, after a refusal (401, 403, 429, 413...), never
 //!    authorized;
 //! 4. lingering: answered and closing, its input being discarded;
-//! 5. handshaking, sending headers or idle, never authorized;
-//! 6. between requests, once authorized (a scraper's keep-alive).
+//! 5. nothing received yet, younger than [`HALF_OPEN_AFTER`] or not read
+//!    yet (a client's first bytes trail its connect, and a task starved
+//!    under load reads them late: a scraper connecting amid a flood of
+//!    reviews must not be taken for half-open; and amid a burst of new
+//!    connections, those that said nothing go before a scraper that spoke);
+//! 6. handshaking, sending headers or idle, never authorized;
+//! 7. between requests, once authorized (a scraper's keep-alive).
 //!
 //! A connection inside any other request (answered, or waiting on a review
 //! of what was authorized before) is never closed, so a crowd of
@@ -170,12 +174,6 @@ impl ConnState {
     fn rank(&self) -> Option<u8> {
         let phase = self.phase.load(Ordering::Relaxed);
         let trusted = self.trusted.load(Ordering::Relaxed);
-        if self.polled.load(Ordering::Relaxed)
-            && !self.received.load(Ordering::Relaxed)
-            && self.epoch.elapsed() >= HALF_OPEN_AFTER
-        {
-            return Some(1);
-        }
         match phase {
             LINGER => Some(4),
             // Read `unknown` first: a request that begins waiting counts
@@ -186,9 +184,17 @@ impl ConnState {
                 let in_flight = self.in_flight.load(Ordering::Relaxed);
                 (!trusted && unknown > 0 && unknown >= in_flight).then_some(2)
             }
-            _ if trusted => Some(6),
+            _ if !self.received.load(Ordering::Relaxed) => {
+                let looked = self.polled.load(Ordering::Relaxed);
+                Some(if looked && self.epoch.elapsed() >= HALF_OPEN_AFTER {
+                    1
+                } else {
+                    5
+                })
+            }
+            _ if trusted => Some(7),
             _ if self.refused.load(Ordering::Relaxed) => Some(3),
-            _ => Some(5),
+            _ => Some(6),
         }
     }
 
@@ -469,21 +475,35 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn half_open_connections_go_first_once_silent_for_a_while() {
-        let t = Tracker::new(2, ConnMetrics::register(&prometheus::Registry::new()));
+    async fn silent_connections_are_half_open_once_silent_for_a_while() {
+        let t = Tracker::new(3, ConnMetrics::register(&prometheus::Registry::new()));
         let talking = t.admit().expect("talking");
         talking.state.on_read();
+        let waiting = t.admit().expect("waiting");
+        waiting.state.handshaken(false);
+        waiting.state.on_read();
+        let _busy = waiting.state.begin();
+        let _wait = waiting.state.waiting_unknown();
         // Just accepted, read once, nothing yet: a client about to speak.
         let silent = t.admit().expect("silent");
         silent.state.polled.store(true, Ordering::Relaxed);
-        let newer = t.admit().expect("newer");
-        assert!(talking.state.evicted.is_cancelled(), "the oldest goes");
-        assert!(!silent.state.evicted.is_cancelled());
-        newer.state.on_read();
+        let a = t.admit().expect("a");
+        assert!(
+            waiting.state.released.is_cancelled(),
+            "the unknown wait first"
+        );
+        a.state.on_read();
+        let b = t.admit().expect("b");
+        assert!(silent.state.evicted.is_cancelled(), "then the young silent");
+        assert!(!talking.state.evicted.is_cancelled());
+        b.state.polled.store(true, Ordering::Relaxed);
         tokio::time::advance(HALF_OPEN_AFTER).await;
-        let _new = t.admit().expect("new");
-        assert!(silent.state.evicted.is_cancelled(), "half-open now");
-        assert!(!newer.state.evicted.is_cancelled());
+        let _c = t.admit().expect("c");
+        assert!(
+            b.state.evicted.is_cancelled(),
+            "half-open now, though newest"
+        );
+        assert!(!talking.state.evicted.is_cancelled() && !a.state.evicted.is_cancelled());
     }
 
     /// A connection that sent its first request (headers being read).
@@ -496,9 +516,10 @@ mod tests {
 
     #[tokio::test]
     async fn connections_waiting_on_unknown_credentials_go_before_the_rest() {
-        let t = Tracker::new(6, ConnMetrics::register(&prometheus::Registry::new()));
+        let t = Tracker::new(7, ConnMetrics::register(&prometheus::Registry::new()));
         // Oldest first: a trusted idle keep-alive, a fresh one, a lingering
-        // one, one refused before, and one waiting on an unknown token.
+        // one, one refused before, a young silent one, and one waiting on an
+        // unknown token.
         let trusted = talking(&t);
         trusted.state.trust();
         let fresh = talking(&t);
@@ -506,13 +527,15 @@ mod tests {
         lingering.state.linger();
         let refused = talking(&t);
         refused.state.refuse();
+        let young = t.admit().expect("young");
+        young.state.polled.store(true, Ordering::Relaxed);
         let unknown = talking(&t);
         let _busy = unknown.state.begin();
         let _wait = unknown.state.waiting_unknown();
         // Inside a request on known credentials: never closed.
         let known = talking(&t);
         let _known_busy = known.state.begin();
-        let order = [&unknown, &refused, &lingering, &fresh, &trusted];
+        let order = [&unknown, &refused, &lingering, &young, &fresh, &trusted];
         for (i, victim) in order.iter().enumerate() {
             let newcomer = t.admit().expect("room is made");
             let gone = |s: &Slot| s.state.evicted.is_cancelled() || s.state.released.is_cancelled();

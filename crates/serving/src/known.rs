@@ -26,12 +26,15 @@ pub const PER_USER: usize = 32;
 struct Entry {
     user: String,
     used: Instant,
+    /// Order of last use (ties of `used` broken).
+    seq: u64,
 }
 
 #[derive(Default)]
 struct Inner {
     entries: HashMap<String, Entry>,
     per_user: HashMap<String, usize>,
+    seq: u64,
 }
 
 impl Inner {
@@ -51,7 +54,7 @@ impl Inner {
         self.entries
             .iter()
             .filter(|(_, e)| user.is_none_or(|u| e.user == u))
-            .min_by_key(|(_, e)| e.used)
+            .min_by_key(|(_, e)| e.seq)
             .map(|(k, _)| k.clone())
     }
 }
@@ -76,9 +79,12 @@ impl Known {
     pub fn admit(&self, key: &str, user: &str) {
         let now = Instant::now();
         let mut inner = self.inner.lock();
+        inner.seq += 1;
+        let seq = inner.seq;
         if let Some(e) = inner.entries.get_mut(key) {
             if e.user == user {
                 e.used = now;
+                e.seq = seq;
                 return;
             }
             // The same key for another user cannot happen (the keys hash
@@ -111,6 +117,7 @@ impl Known {
             Entry {
                 user: user.to_string(),
                 used: now,
+                seq,
             },
         );
         *inner.per_user.entry(user.to_string()).or_default() += 1;
