@@ -61,8 +61,12 @@ fn io_err(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other(e.to_string())
 }
 
-/// `GET path` on `127.0.0.1:port` over TLS; the status code and body.
-pub async fn get_as(port: u16, path: &str, cred: Credential<'_>) -> std::io::Result<(u16, String)> {
+/// A TLS connection to `127.0.0.1:port` presenting `cred`'s certificate,
+/// if any (no ALPN: the server speaks HTTP/1.1).
+pub async fn connect(
+    port: u16,
+    cred: Credential<'_>,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
@@ -82,9 +86,14 @@ pub async fn get_as(port: u16, path: &str, cred: Credential<'_>) -> std::io::Res
     };
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     let name = ServerName::try_from("localhost").map_err(io_err)?;
-    let mut s = tokio_rustls::TlsConnector::from(Arc::new(config))
+    tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
-        .await?;
+        .await
+}
+
+/// `GET path` on `127.0.0.1:port` over TLS; the status code and body.
+pub async fn get_as(port: u16, path: &str, cred: Credential<'_>) -> std::io::Result<(u16, String)> {
+    let mut s = connect(port, cred).await?;
     let auth = match cred {
         Credential::Bearer(t) => format!("Authorization: Bearer {t}\r\n"),
         _ => String::new(),
