@@ -10,70 +10,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
-#[derive(Debug)]
-struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AnyServer {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
-    }
-    fn verify_tls13_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-fn config() -> Arc<rustls::ClientConfig> {
-    static CONFIG: std::sync::OnceLock<Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
-    Arc::clone(CONFIG.get_or_init(|| {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut c = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyServer(provider)))
-            .with_no_client_auth();
-        c.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Arc::new(c)
-    }))
-}
-
-/// A TLS connection to `127.0.0.1:port` (HTTP/1.1 by ALPN).
+/// A TLS connection to `127.0.0.1:port` (HTTP/1.1: no ALPN).
 pub async fn connect(port: u16) -> std::io::Result<TlsStream<TcpStream>> {
-    let tcp = TcpStream::connect(("127.0.0.1", port)).await?;
-    let name = ServerName::try_from("localhost").map_err(std::io::Error::other)?;
-    tokio_rustls::TlsConnector::from(config())
-        .connect(name, tcp)
-        .await
+    kcm_e2e::https::connect(port, kcm_e2e::https::Credential::None).await
 }
 
 /// Reads more of `s` into `buf`; an error at the end of the stream.
