@@ -4,6 +4,7 @@
 //! `WatchList` gate off, and one HTTP/2 connection for every client and
 //! watch of a process.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -35,6 +36,20 @@ async fn kcm_client(kubeconfig: &std::path::Path) -> kube::Client {
         .await
         .expect("config");
     build_client(config, &ClientOptions::for_component("list-watch-test")).expect("client")
+}
+
+/// A kcm-rs pod informer through `kubeconfig`, started and synced.
+async fn synced_pod_informer(
+    kubeconfig: &std::path::Path,
+) -> (Arc<Informer<CachedPod>>, CancellationToken) {
+    let factory = InformerFactory::new(kcm_client(kubeconfig).await);
+    let inf = factory.informer::<CachedPod>();
+    let stop = CancellationToken::new();
+    factory.start(stop.clone());
+    tokio::time::timeout(Duration::from_secs(30), factory.wait_for_sync())
+        .await
+        .expect("synced");
+    (inf, stop)
 }
 
 async fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
@@ -91,13 +106,7 @@ async fn streaming_list_rides_out_a_cut_in_its_initial_events_and_410_on_its_res
         .await
         .expect("proxy");
     proxy.script(script("/api/v1/pods?", Fault::WatchCutInitial));
-    let factory = InformerFactory::new(kcm_client(proxy.kubeconfig()).await);
-    let inf = factory.informer::<CachedPod>();
-    let stop = CancellationToken::new();
-    factory.start(stop.clone());
-    tokio::time::timeout(Duration::from_secs(30), factory.wait_for_sync())
-        .await
-        .expect("synced");
+    let (inf, stop) = synced_pod_informer(proxy.kubeconfig()).await;
     assert_eq!(names_in(&inf, &ns.name), ["a", "b"]);
     let records = proxy.records();
     let watches = pod_watches(&records);
@@ -184,13 +193,7 @@ async fn without_the_watch_list_gate_the_informer_lists_then_watches() {
     let proxy = FaultProxy::start(&cp, FaultSettings::none())
         .await
         .expect("proxy");
-    let factory = InformerFactory::new(kcm_client(proxy.kubeconfig()).await);
-    let inf = factory.informer::<CachedPod>();
-    let stop = CancellationToken::new();
-    factory.start(stop.clone());
-    tokio::time::timeout(Duration::from_secs(30), factory.wait_for_sync())
-        .await
-        .expect("synced");
+    let (inf, stop) = synced_pod_informer(proxy.kubeconfig()).await;
     assert_eq!(names_in(&inf, &ns.name), ["a"]);
     pods.create(&PostParams::default(), &pod("b"))
         .await

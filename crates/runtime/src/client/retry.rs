@@ -102,7 +102,7 @@ pub fn retry_delay(method: &Method, outcome: Outcome<'_>, retries_done: u32) -> 
 /// Whether a transport error means the connection was refused, reset or
 /// closed early, looking through the whole `source()` chain (hyper-util
 /// wraps the connector's `io::Error`, hyper reports an early close as an
-/// incomplete message).
+/// incomplete message, an HTTP/2 connection's loss as an `h2::Error`).
 pub fn is_connection_lost(err: &(dyn std::error::Error + 'static)) -> bool {
     use std::io::ErrorKind;
     let mut next = Some(err);
@@ -126,6 +126,13 @@ pub fn is_connection_lost(err: &(dyn std::error::Error + 'static)) -> bool {
         }
         if let Some(h) = e.downcast_ref::<hyper::Error>()
             && h.is_incomplete_message()
+        {
+            return true;
+        }
+        // Over HTTP/2: the connection failed or went away (GOAWAY), or
+        // the server refused the stream (it never started).
+        if let Some(h) = e.downcast_ref::<h2::Error>()
+            && (h.is_io() || h.is_go_away() || h.reason() == Some(h2::Reason::REFUSED_STREAM))
         {
             return true;
         }
@@ -273,6 +280,10 @@ mod tests {
     #[error("wrapper")]
     struct Wrapper(#[source] std::io::Error);
 
+    #[derive(Debug, thiserror::Error)]
+    #[error("h2 wrapper")]
+    struct H2Wrapper(#[source] h2::Error);
+
     #[test]
     fn finds_connection_errors_in_the_source_chain() {
         use std::io::{Error, ErrorKind};
@@ -283,6 +294,10 @@ mod tests {
         assert!(is_connection_lost(&nested));
         let denied = Wrapper(Error::from(ErrorKind::PermissionDenied));
         assert!(!is_connection_lost(&denied));
+        let refused = H2Wrapper(h2::Error::from(h2::Reason::REFUSED_STREAM));
+        assert!(is_connection_lost(&refused));
+        let cancelled = H2Wrapper(h2::Error::from(h2::Reason::CANCEL));
+        assert!(!is_connection_lost(&cancelled));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use kcm_proto::{Writer, watch_frame};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
+use super::tests::{has, names};
 use crate::informer::{Change, Informer, ListWatch, PROTOBUF};
 
 fn pod(name: &str, rv: &str) -> Writer {
@@ -62,23 +63,6 @@ async fn run_until(
     (stop, task, queries)
 }
 
-/// The cached pods' names, sorted.
-fn names(inf: &Informer<CachedPod>) -> Vec<String> {
-    let mut n: Vec<String> = inf
-        .store()
-        .list()
-        .iter()
-        .map(|p| p.name().to_string())
-        .collect();
-    n.sort();
-    n
-}
-
-fn query_has(q: &str, want: &[&str]) -> bool {
-    let pairs: Vec<&str> = q.split('&').collect();
-    want.iter().all(|w| pairs.contains(w))
-}
-
 #[tokio::test(start_paused = true)]
 async fn pages_then_watches_resumes_from_bookmarks_and_relists_after_gone() {
     let gone = Writer::new()
@@ -116,8 +100,8 @@ async fn pages_then_watches_resumes_from_bookmarks_and_relists_after_gone() {
         "resourceVersionMatch=NotOlderThan",
         "limit=500",
     ];
-    assert!(query_has(&q[0], &list0), "{}", q[0]);
-    assert!(query_has(&q[1], &["continue=tok", "limit=500"]), "{}", q[1]);
+    assert!(has(&q[0], &list0), "{}", q[0]);
+    assert!(has(&q[1], &["continue=tok", "limit=500"]), "{}", q[1]);
     assert!(!q[1].contains("resourceVersion="), "{}", q[1]);
     let watch = [
         "watch=true",
@@ -125,13 +109,13 @@ async fn pages_then_watches_resumes_from_bookmarks_and_relists_after_gone() {
         "timeoutSeconds=290",
     ];
     assert!(
-        query_has(&q[2], &watch) && query_has(&q[2], &["resourceVersion=10"]),
+        has(&q[2], &watch) && has(&q[2], &["resourceVersion=10"]),
         "{}",
         q[2]
     );
     // The watch ended cleanly: resume from the bookmark's version.
     assert!(
-        query_has(&q[3], &watch) && query_has(&q[3], &["resourceVersion=15"]),
+        has(&q[3], &watch) && has(&q[3], &["resourceVersion=15"]),
         "{}",
         q[3]
     );
@@ -142,13 +126,13 @@ async fn pages_then_watches_resumes_from_bookmarks_and_relists_after_gone() {
         "resourceVersionMatch=NotOlderThan",
         "limit=500",
     ];
-    assert!(query_has(&q[4], &at16), "{}", q[4]);
+    assert!(has(&q[4], &at16), "{}", q[4]);
     assert!(
-        query_has(&q[5], &["limit=500"]) && !q[5].contains("resourceVersion"),
+        has(&q[5], &["limit=500"]) && !q[5].contains("resourceVersion"),
         "{}",
         q[5]
     );
-    assert!(query_has(&q[6], &["resourceVersion=20"]), "{}", q[6]);
+    assert!(has(&q[6], &["resourceVersion=20"]), "{}", q[6]);
     assert!(reqs.iter().all(|r| r.accept == PROTOBUF));
     assert!(reqs.iter().all(|r| r.path == "/api/v1/pods"));
 
@@ -226,29 +210,17 @@ async fn a_watch_ending_at_once_backs_off_and_a_bad_event_relists_from_the_last_
     let inf = Arc::new(Informer::<CachedPod>::new());
     let (stop, _task, q) = run_until(&mock, &inf, 5).await;
     let reqs = mock.seen();
-    assert!(
-        query_has(&q[1], &["watch=true", "resourceVersion=5"]),
-        "{}",
-        q[1]
-    );
+    assert!(has(&q[1], &["watch=true", "resourceVersion=5"]), "{}", q[1]);
     // The empty watch is an error: the next one waits out the back-off.
-    assert!(
-        query_has(&q[2], &["watch=true", "resourceVersion=5"]),
-        "{}",
-        q[2]
-    );
+    assert!(has(&q[2], &["watch=true", "resourceVersion=5"]), "{}", q[2]);
     assert!(reqs[2].at - reqs[1].at >= Duration::from_millis(800));
     let at6 = [
         "resourceVersion=6",
         "resourceVersionMatch=NotOlderThan",
         "limit=500",
     ];
-    assert!(query_has(&q[3], &at6), "{}", q[3]);
-    assert!(
-        query_has(&q[4], &["watch=true", "resourceVersion=7"]),
-        "{}",
-        q[4]
-    );
+    assert!(has(&q[3], &at6), "{}", q[3]);
+    assert!(has(&q[4], &["watch=true", "resourceVersion=7"]), "{}", q[4]);
     assert_eq!(names(&inf), ["a", "x"]);
     assert_eq!(
         inf.store()
@@ -276,7 +248,7 @@ async fn a_frame_longer_than_16_mib_is_refused() {
     let inf = Arc::new(Informer::<CachedPod>::new());
     let (stop, _task, q) = run_until(&mock, &inf, 4).await;
     let relist = ["resourceVersion=5", "resourceVersionMatch=NotOlderThan"];
-    assert!(query_has(&q[2], &relist), "{}", q[2]);
+    assert!(has(&q[2], &relist), "{}", q[2]);
     stop.cancel();
 }
 
@@ -304,7 +276,7 @@ async fn an_empty_or_versionless_list_is_an_error_and_keeps_the_cache() {
     assert_eq!(names(&inf), ["a", "x"]);
     let at6 = ["resourceVersion=6", "resourceVersionMatch=NotOlderThan"];
     for q in &q[2..4] {
-        assert!(query_has(q, &at6), "{q}");
+        assert!(has(q, &at6), "{q}");
     }
     while mock.seen().len() < 6 {
         tokio::time::sleep(Duration::from_millis(100)).await;

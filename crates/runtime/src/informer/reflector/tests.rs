@@ -92,7 +92,8 @@ fn recorder(inf: &Informer<CachedPod>) -> Arc<Mutex<Vec<String>>> {
     seen
 }
 
-fn names(inf: &Informer<CachedPod>) -> Vec<String> {
+/// The cached pods' names, sorted.
+pub(super) fn names(inf: &Informer<CachedPod>) -> Vec<String> {
     let mut n: Vec<String> = inf
         .store()
         .list()
@@ -103,7 +104,8 @@ fn names(inf: &Informer<CachedPod>) -> Vec<String> {
     n
 }
 
-fn has(q: &str, want: &[&str]) -> bool {
+/// Whether query `q` holds every `key=value` of `want`.
+pub(super) fn has(q: &str, want: &[&str]) -> bool {
     let pairs: Vec<&str> = q.split('&').collect();
     want.iter().all(|w| pairs.contains(w))
 }
