@@ -129,7 +129,8 @@ async fn check(State(d): State<Arc<Delegate>>, req: Request, next: Next) -> Resp
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .map(str::to_string);
-    // Only the token decides who it is when there is no certificate.
+    // A verified certificate wins: its token is neither reviewed nor
+    // remembered.
     let bearer = if cert.is_some() { None } else { bearer };
     // While waiting on a review of a credential never authorized, the
     // connection is among the first closed when the server is full.
