@@ -22,7 +22,7 @@
 mod fair_tests;
 mod metrics;
 mod rate_limit;
-mod ready;
+pub(crate) mod ready;
 #[cfg(test)]
 mod tests;
 

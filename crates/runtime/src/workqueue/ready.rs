@@ -5,7 +5,8 @@
 //!
 //! Turns are plain round-robin, one key per turn: a key is one sync, and
 //! what a sync costs is only known once it ran, so a deficit counter
-//! (DRR) would have nothing to count ahead of time. What round-robin
+//! (DRR) would have nothing to count ahead of time. The client's token
+//! bucket hands its tokens to waiting requests by the same turns. What round-robin
 //! bounds is what the issue asks for: a key that becomes ready in a lane
 //! with nothing else ready is handed out after at most one key of each
 //! other lane, however many keys those lanes hold.
@@ -23,7 +24,6 @@
 //! do not outlive their keys.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::Hash;
 use std::sync::Arc;
 
 use tokio::time::Instant;
@@ -55,12 +55,12 @@ impl InFlightLimit {
     }
 }
 
-pub(super) enum Ready<K> {
+pub(crate) enum Ready<K> {
     Fifo(VecDeque<K>),
     Fair(Lanes<K>),
 }
 
-pub(super) struct Lanes<K> {
+pub(crate) struct Lanes<K> {
     lane_of: LaneFn<K>,
     /// Ready keys of each lane in arrival order; never an empty lane.
     lanes: HashMap<Arc<str>, VecDeque<K>>,
@@ -72,12 +72,12 @@ pub(super) struct Lanes<K> {
     limit: Option<InFlightLimit>,
 }
 
-impl<K: Eq + Hash> Ready<K> {
+impl<K> Ready<K> {
     pub(super) fn fifo() -> Self {
         Ready::Fifo(VecDeque::new())
     }
 
-    pub(super) fn fair(lane_of: LaneFn<K>) -> Self {
+    pub(crate) fn fair(lane_of: LaneFn<K>) -> Self {
         Ready::Fair(Lanes {
             lane_of,
             lanes: HashMap::new(),
@@ -96,7 +96,7 @@ impl<K: Eq + Hash> Ready<K> {
     }
 
     /// Queues `key` last in its lane (a new lane takes the last turn).
-    pub(super) fn push_back(&mut self, key: K) {
+    pub(crate) fn push_back(&mut self, key: K) {
         match self {
             Ready::Fifo(q) => q.push_back(key),
             Ready::Fair(l) => l.push_back(key),
@@ -108,7 +108,7 @@ impl<K: Eq + Hash> Ready<K> {
     /// the limit admits (that lane then takes the last turn, if it has keys
     /// left; lanes passed over keep their places). `None` when no ready key
     /// may start.
-    pub(super) fn pop_front(&mut self, in_flight: usize) -> Option<K> {
+    pub(crate) fn pop_front(&mut self, in_flight: usize) -> Option<K> {
         match self {
             Ready::Fifo(q) => q.pop_front(),
             Ready::Fair(l) => l.pop_front(in_flight),
@@ -128,14 +128,14 @@ impl<K: Eq + Hash> Ready<K> {
         }
     }
 
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Ready::Fifo(q) => q.len(),
             Ready::Fair(l) => l.len,
         }
     }
 
-    pub(super) fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
@@ -217,7 +217,11 @@ impl<K> Lanes<K> {
             } else {
                 self.turns.push_back(Arc::clone(&name));
             }
-            *self.busy.entry(name).or_insert(0) += 1;
+            // In-flight counts only matter (and are only released by
+            // `finished`) under a limit; the client's token turns have none.
+            if self.limit.is_some() {
+                *self.busy.entry(name).or_insert(0) += 1;
+            }
             self.len = self.len.saturating_sub(1);
             return Some(key);
         }
