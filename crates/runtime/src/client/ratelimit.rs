@@ -1,6 +1,7 @@
 //! Client-side token-bucket rate limiting, the equivalent of client-go's
 //! `flowcontrol.NewTokenBucketRateLimiter(qps, burst)` that every KCM
-//! controller client carries.
+//! controller client carries, with waiting requests served by namespace
+//! in turns (beyond client-go, see [`TokenBucket`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,19 +11,27 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use parking_lot::Mutex;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tower::{BoxError, Layer, Service, ServiceExt as _};
 
 use super::metrics::{is_watch, rest_client_metrics};
+use crate::workqueue::ready::Ready;
 
 /// A token bucket holding at most `burst` tokens, refilled at `qps` tokens a
 /// second, which starts full.
 ///
-/// Like golang.org/x/time/rate (behind client-go's limiter), a caller
-/// *reserves* a token under the lock, possibly driving the balance negative,
-/// and then sleeps until its reservation matures. Waiters are therefore
-/// served in arrival order without polling, and a reservation abandoned
-/// before it matures gives its token back.
+/// A request takes a token at once while tokens are in hand and nobody
+/// waits. Otherwise it waits in the queue of its *flow* (the namespace it
+/// addresses, see [`flow_of`]), and a driver task hands out each token as it
+/// accrues to the flows in turns, FIFO within a flow (the work queue's
+/// turns, `workqueue::ready`). So the rate is client-go's (golang.org/x/time/rate
+/// behind `NewTokenBucketRateLimiter`: `burst` at once, then one request
+/// every `1/qps`), but while requests queue, one namespace's hundreds of
+/// pod creations no longer delay another namespace's first one: it waits
+/// for at most one token per other waiting flow (docs/fair-share.md).
+/// client-go serves waiters in arrival order. A request abandoned while it
+/// waits takes no token.
 #[derive(Debug)]
 pub struct TokenBucket {
     qps: f64,
@@ -30,11 +39,42 @@ pub struct TokenBucket {
     state: Mutex<BucketState>,
 }
 
-#[derive(Debug)]
+/// A request waiting for a token.
+struct Waiter {
+    flow: Arc<str>,
+    granted: oneshot::Sender<()>,
+}
+
+fn flow_lane(w: &Waiter) -> &str {
+    &w.flow
+}
+
 struct BucketState {
-    /// Tokens available at `last`; negative when reservations are queued.
+    /// Tokens available at `last`.
     tokens: f64,
     last: Instant,
+    /// Waiting requests; not empty only while a driver task runs.
+    waiters: Ready<Waiter>,
+    driving: bool,
+}
+
+impl std::fmt::Debug for BucketState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BucketState")
+            .field("tokens", &self.tokens)
+            .field("waiting", &self.waiters.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl BucketState {
+    fn refill(&mut self, now: Instant, qps: f64, burst: f64) {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * qps).min(burst);
+        if now > self.last {
+            self.last = now;
+        }
+    }
 }
 
 impl TokenBucket {
@@ -48,60 +88,81 @@ impl TokenBucket {
             state: Mutex::new(BucketState {
                 tokens: burst,
                 last: Instant::now(),
+                waiters: Ready::fair(flow_lane),
+                driving: false,
             }),
         }
     }
 
-    /// Takes one token as of `now` and returns how long the caller must wait
-    /// before using it (zero when a token was available).
-    pub fn reserve(&self, now: Instant) -> Duration {
-        let mut s = self.state.lock();
-        let elapsed = now.saturating_duration_since(s.last).as_secs_f64();
-        s.tokens = (s.tokens + elapsed * self.qps).min(self.burst);
-        if now > s.last {
-            s.last = now;
-        }
-        s.tokens -= 1.0;
-        if s.tokens >= 0.0 {
-            Duration::ZERO
-        } else {
-            Duration::from_secs_f64(-s.tokens / self.qps)
-        }
+    /// Waits (asynchronously) for a token for a request of `flow` and
+    /// returns the time spent waiting. Dropping the future before it
+    /// completes leaves the token to the next waiter.
+    pub async fn acquire(self: &Arc<Self>, flow: &str) -> Duration {
+        let start = Instant::now();
+        let granted = {
+            let mut s = self.state.lock();
+            s.refill(start, self.qps, self.burst);
+            if s.waiters.is_empty() && s.tokens >= 1.0 {
+                s.tokens -= 1.0;
+                return Duration::ZERO;
+            }
+            let (tx, rx) = oneshot::channel();
+            s.waiters.push_back(Waiter {
+                flow: Arc::from(flow),
+                granted: tx,
+            });
+            if !s.driving {
+                s.driving = true;
+                tokio::spawn(Arc::clone(self).drive());
+            }
+            rx
+        };
+        // Err only if the driver was dropped with the runtime.
+        let _ = granted.await;
+        start.elapsed()
     }
 
-    /// Returns a token taken by [`TokenBucket::reserve`] that was not used.
-    fn unreserve(&self) {
-        let mut s = self.state.lock();
-        s.tokens = (s.tokens + 1.0).min(self.burst);
-    }
-
-    /// Waits (asynchronously) for a token and returns the time spent waiting.
-    /// Dropping the future before it completes returns the token.
-    pub async fn acquire(&self) -> Duration {
-        let wait = self.reserve(Instant::now());
-        if !wait.is_zero() {
-            let guard = Unreserve(Some(self));
+    /// Hands out tokens as they accrue, flows in turns, until nobody waits.
+    async fn drive(self: Arc<Self>) {
+        loop {
+            let wait = {
+                let mut s = self.state.lock();
+                s.refill(Instant::now(), self.qps, self.burst);
+                while s.tokens >= 1.0 {
+                    let Some(w) = s.waiters.pop_front(0) else {
+                        break;
+                    };
+                    // A waiter that gave up takes no token.
+                    if w.granted.send(()).is_ok() {
+                        s.tokens -= 1.0;
+                    }
+                }
+                if s.waiters.is_empty() {
+                    s.driving = false;
+                    return;
+                }
+                Duration::try_from_secs_f64((1.0 - s.tokens) / self.qps)
+                    .unwrap_or(Duration::from_secs(1))
+            };
             tokio::time::sleep(wait).await;
-            guard.disarm();
         }
-        wait
     }
 }
 
-/// Gives a reserved token back if the waiting future is dropped.
-struct Unreserve<'a>(Option<&'a TokenBucket>);
-
-impl Unreserve<'_> {
-    fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for Unreserve<'_> {
-    fn drop(&mut self) {
-        if let Some(bucket) = self.0 {
-            bucket.unreserve();
-        }
+/// The flow of a request: the namespace its path addresses
+/// (`/api/v1/namespaces/{ns}/...`, `/apis/{group}/{version}/namespaces/{ns}/...`),
+/// `""` for cluster-scoped requests.
+pub fn flow_of(uri: &http::Uri) -> &str {
+    let mut parts = uri.path().trim_start_matches('/').split('/');
+    let ns_at = match parts.next() {
+        Some("api") => 1,
+        Some("apis") => 2,
+        _ => return "",
+    };
+    let mut parts = parts.skip(ns_at);
+    match (parts.next(), parts.next()) {
+        (Some("namespaces"), Some(ns)) => ns,
+        _ => "",
     }
 }
 
@@ -170,7 +231,7 @@ where
         let host = self.host.clone();
         Box::pin(async move {
             if !is_watch(req.uri()) {
-                let waited = bucket.acquire().await;
+                let waited = bucket.acquire(flow_of(req.uri())).await;
                 rest_client_metrics()
                     .rate_limiter_duration
                     .with_label_values(&[req.method().as_str(), &host])
@@ -196,49 +257,128 @@ const LONG_THROTTLE_LATENCY: Duration = Duration::from_millis(50);
 mod tests {
     use super::*;
 
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// Who got a token when: (flow, index within the flow, time).
+    type Log = Arc<Mutex<Vec<(&'static str, usize, Duration)>>>;
+
+    /// Starts `n` requests of `flow` at once; each records when it got its
+    /// token in `log` as (flow, index, time since `t0`).
+    fn start(
+        bucket: &Arc<TokenBucket>,
+        flow: &'static str,
+        n: usize,
+        t0: Instant,
+        log: &Log,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        (0..n)
+            .map(|i| {
+                let (bucket, log) = (Arc::clone(bucket), Arc::clone(log));
+                tokio::spawn(async move {
+                    bucket.acquire(flow).await;
+                    log.lock().push((flow, i, t0.elapsed()));
+                })
+            })
+            .collect()
+    }
+
     #[tokio::test(start_paused = true)]
     async fn burst_is_free_then_one_token_per_interval() {
-        let bucket = TokenBucket::new(10.0, 3);
-        let now = Instant::now();
+        let bucket = Arc::new(TokenBucket::new(10.0, 3));
         for _ in 0..3 {
-            assert_eq!(bucket.reserve(now), Duration::ZERO);
+            assert_eq!(bucket.acquire("a").await, Duration::ZERO);
         }
-        assert_eq!(bucket.reserve(now), Duration::from_millis(100));
-        assert_eq!(bucket.reserve(now), Duration::from_millis(200));
-        // 250 ms later the two queued reservations have matured and half a
-        // token has accrued: the next one waits 50 ms.
-        let later = now + Duration::from_millis(250);
-        let w = bucket.reserve(later);
-        assert!((w.as_secs_f64() - 0.05).abs() < 1e-6, "{w:?}");
+        assert_eq!(bucket.acquire("a").await, ms(100));
+        assert_eq!(bucket.acquire("a").await, ms(100));
+        // 250 ms later 2.5 tokens have accrued: two free, the third waits
+        // for the missing half.
+        tokio::time::sleep(ms(250)).await;
+        assert_eq!(bucket.acquire("a").await, Duration::ZERO);
+        assert_eq!(bucket.acquire("a").await, Duration::ZERO);
+        assert_eq!(bucket.acquire("a").await, ms(50));
     }
 
     #[tokio::test(start_paused = true)]
     async fn refill_is_capped_at_burst() {
-        let bucket = TokenBucket::new(100.0, 2);
-        let now = Instant::now() + Duration::from_secs(3600);
-        assert_eq!(bucket.reserve(now), Duration::ZERO);
-        assert_eq!(bucket.reserve(now), Duration::ZERO);
-        assert_eq!(bucket.reserve(now), Duration::from_millis(10));
+        let bucket = Arc::new(TokenBucket::new(100.0, 2));
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert_eq!(bucket.acquire("").await, Duration::ZERO);
+        assert_eq!(bucket.acquire("").await, Duration::ZERO);
+        assert_eq!(bucket.acquire("").await, ms(10));
+    }
+
+    /// Requests queued at once get their tokens 1/qps apart, as client-go's
+    /// reservations do, however many flows they come from.
+    #[tokio::test(start_paused = true)]
+    async fn queued_requests_keep_the_rate() {
+        let bucket = Arc::new(TokenBucket::new(4.0, 1));
+        let log = Log::default();
+        let t0 = Instant::now();
+        let mut tasks = start(&bucket, "a", 5, t0, &log);
+        tasks.extend(start(&bucket, "b", 3, t0, &log));
+        for t in tasks {
+            assert!(t.await.is_ok());
+        }
+        let mut times: Vec<Duration> = log.lock().iter().map(|e| e.2).collect();
+        times.sort();
+        let want: Vec<Duration> = (0..8).map(|i| ms(250 * i)).collect();
+        assert_eq!(times, want);
+    }
+
+    /// A flow that queues behind another's burst gets every other token,
+    /// not the tokens after the whole burst; FIFO within each flow.
+    #[tokio::test(start_paused = true)]
+    async fn flows_take_turns_for_tokens() {
+        let bucket = Arc::new(TokenBucket::new(10.0, 1));
+        let log = Log::default();
+        let t0 = Instant::now();
+        let mut tasks = start(&bucket, "flood", 50, t0, &log);
+        tokio::time::sleep(ms(1)).await;
+        tasks.extend(start(&bucket, "quiet", 2, t0, &log));
+        for t in tasks {
+            assert!(t.await.is_ok());
+        }
+        let log = log.lock();
+        let quiet: Vec<Duration> = log.iter().filter(|e| e.0 == "quiet").map(|e| e.2).collect();
+        // The flood's first took the one token at once and its second the
+        // 100 ms one; the quiet flow takes its turns at 200 and 400 ms
+        // (a FIFO would give it 5.0 and 5.1 s).
+        assert_eq!(quiet, vec![ms(200), ms(400)]);
+        let flood: Vec<usize> = log.iter().filter(|e| e.0 == "flood").map(|e| e.1).collect();
+        assert_eq!(flood.len(), 50);
+        assert!(flood.windows(2).all(|w| w[0] < w[1]), "{flood:?}");
+        assert_eq!(log.last().map(|e| e.2), Some(ms(5100)));
     }
 
     #[tokio::test(start_paused = true)]
-    async fn acquire_sleeps_for_the_reservation() {
-        let bucket = TokenBucket::new(4.0, 1);
-        let start = Instant::now();
-        assert_eq!(bucket.acquire().await, Duration::ZERO);
-        assert_eq!(bucket.acquire().await, Duration::from_millis(250));
-        assert_eq!(start.elapsed(), Duration::from_millis(250));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn abandoned_reservation_returns_its_token() {
-        let bucket = TokenBucket::new(1.0, 1);
-        assert_eq!(bucket.acquire().await, Duration::ZERO);
-        // Times out after 100 ms of a 1 s wait: the token goes back.
-        let r = tokio::time::timeout(Duration::from_millis(100), bucket.acquire()).await;
+    async fn abandoned_wait_takes_no_token() {
+        let bucket = Arc::new(TokenBucket::new(1.0, 1));
+        assert_eq!(bucket.acquire("a").await, Duration::ZERO);
+        // Gives up after 100 ms of a 1 s wait.
+        let r = tokio::time::timeout(ms(100), bucket.acquire("a")).await;
         assert!(r.is_err());
-        // 0.1 s accrued, so the next caller waits 0.9 s, not 1.9 s.
-        let w = bucket.reserve(Instant::now());
-        assert!((w.as_secs_f64() - 0.9).abs() < 1e-6, "{w:?}");
+        // The token accruing at 1 s goes to the next caller.
+        assert_eq!(bucket.acquire("b").await, ms(900));
+        assert_eq!(bucket.state.lock().waiters.len(), 0);
+    }
+
+    #[test]
+    fn flow_is_the_namespace_of_the_path() {
+        let f = |s: &str| flow_of(&s.parse::<http::Uri>().expect("uri")).to_string();
+        assert_eq!(f("/api/v1/namespaces/ns1/pods"), "ns1");
+        assert_eq!(f("/api/v1/namespaces/ns1/pods/p?dryRun=All"), "ns1");
+        assert_eq!(
+            f("/apis/batch/v1/namespaces/team-a/jobs/j/status"),
+            "team-a"
+        );
+        assert_eq!(f("/apis/events.k8s.io/v1/namespaces/x/events"), "x");
+        assert_eq!(f("/api/v1/namespaces/ns1"), "ns1");
+        assert_eq!(f("/api/v1/nodes/n1"), "");
+        assert_eq!(f("/api/v1/pods"), "");
+        assert_eq!(f("/apis/batch/v1/jobs"), "");
+        assert_eq!(f("/version"), "");
+        assert_eq!(f("/"), "");
     }
 }
