@@ -29,7 +29,7 @@ use kcm_runtime::host::Host;
 use kcm_runtime::informer::{
     BY_CONTROLLER_UID, BY_NAMESPACE, Informer, namespace_index, pod_controller_uid_index,
 };
-use kcm_runtime::workqueue::{RateLimit, WorkQueue, namespace_lane};
+use kcm_runtime::workqueue::{InFlightLimit, RateLimit, WorkQueue, namespace_lane};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
@@ -207,15 +207,24 @@ impl<P: JobPort> JobController<P> {
         if !host.wait_for_sync(&stop).await {
             return;
         }
-        let n = usize::try_from(workers).unwrap_or(usize::MAX);
+        let n = usize::try_from(workers).unwrap_or(usize::MAX).max(1);
+        // Beyond upstream (docs/fair-share.md): one namespace holds at most
+        // n workers, as upstream's n; n spare workers start syncs of
+        // namespaces that have none running, so a few long syncs elsewhere
+        // (Jobs creating hundreds of pods) do not hold a newcomer back.
+        self.queue
+            .limit_in_flight(InFlightLimit { base: n, spare: n });
         let jc = Arc::clone(&self);
-        let jobs = host.workers(&self.queue, "job").count(n).run(
-            move |key: String| {
-                let jc = Arc::clone(&jc);
-                async move { jc.sync_job(&key).await }
-            },
-            stop.clone(),
-        );
+        let jobs = host
+            .workers(&self.queue, "job")
+            .count(n.saturating_mul(2))
+            .run(
+                move |key: String| {
+                    let jc = Arc::clone(&jc);
+                    async move { jc.sync_job(&key).await }
+                },
+                stop.clone(),
+            );
         let jc = Arc::clone(&self);
         let orphans = host
             .workers(&self.orphan_queue, "orphan pods")
