@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::Parser;
 use kcm_bench::common::{Env, Impl, Requests, ServerCost, quantile, sibling_binary};
 use kcm_bench::results::{Metric, Results, Workload};
-use kcm_bench::{apiserver, eviction, jobs, latency, memory, report, scaling};
+use kcm_bench::{apiserver, eviction, fair, jobs, latency, memory, report, scaling};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -32,8 +32,8 @@ struct Flags {
     /// is counted in 10 ms ticks, so a longer window resolves it better.
     #[arg(long, default_value_t = 30)]
     w4_window_secs: u64,
-    /// Workloads to run (comma-separated: w1,w2,w3,w4,w5,w6,w8).
-    #[arg(long, default_value = "w1,w2,w3,w4,w5,w6,w8", value_delimiter = ',')]
+    /// Workloads to run (comma-separated: w1,w2,w3,w4,w5,w6,w7,w8).
+    #[arg(long, default_value = "w1,w2,w3,w4,w5,w6,w7,w8", value_delimiter = ',')]
     only: Vec<String>,
     /// W6's pod counts (the memory scaling curve; not scaled by --scale).
     #[arg(long, default_value = "1000,10000,50000,100000", value_delimiter = ',')]
@@ -44,6 +44,12 @@ struct Flags {
     /// Jobs in W3.
     #[arg(long, default_value_t = 50)]
     w3_runs: usize,
+    /// W7's flood, JOBSxPODS (pods per Job); JOBS is scaled by --scale.
+    #[arg(long, default_value = "2000x1")]
+    w7_flood: fair::Flood,
+    /// W7's QPS/burst (KCM's defaults).
+    #[arg(long, default_value = "20/30")]
+    w7_qps: String,
     /// W8's pod counts (the API server's cost at start-up; not scaled).
     #[arg(long, default_value = "20000,100000", value_delimiter = ',')]
     w8_pods: Vec<usize>,
@@ -387,6 +393,9 @@ async fn main() -> anyhow::Result<()> {
             });
         }
     }
+    if run("w7") {
+        results.workloads.push(w7(&env, &flags).await?);
+    }
     if run("w8") {
         let mut r = Vec::new();
         for imp in Impl::BOTH {
@@ -428,6 +437,85 @@ async fn main() -> anyhow::Result<()> {
     println!("{}", report::markdown(&results));
     env.progress(format!("written: {written:?}"));
     Ok(())
+}
+
+/// W7: fair share between namespaces (see `kcm_bench::fair`).
+async fn w7(env: &Env, flags: &Flags) -> anyhow::Result<Workload> {
+    let flood = fair::Flood {
+        jobs: scaled(flags.w7_flood.jobs, flags.scale),
+        pods: flags.w7_flood.pods,
+    };
+    let q = &flags.w7_qps;
+    let (qps, burst) = q
+        .split_once('/')
+        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+        .with_context(|| format!("--w7-qps {q:?}: expected QPS/BURST"))?;
+    let mut r = Vec::new();
+    for imp in Impl::BOTH {
+        env.progress(format!(
+            "W7 {}: {} Jobs x {} pods in one namespace, then one Job in another",
+            imp.label(),
+            flood.jobs,
+            flood.pods
+        ));
+        r.push(fair::run(env, imp, flood, qps, burst, Duration::from_secs(3600)).await?);
+    }
+    let (up, us) = (&r[0], &r[1]);
+    Ok(Workload {
+        id: "W7 fair share".into(),
+        description: format!(
+            "{} Jobs of {} pod(s) created at once in one namespace (pods run 1-3 s), then one 1-pod Job in another namespace; times of the quiet Job from its creation; QPS {q}",
+            flood.jobs, flood.pods
+        ),
+        metrics: vec![
+            metric(
+                "quiet Job first pod",
+                "s",
+                up.first_pod_s,
+                us.first_pod_s,
+                true,
+                None,
+            ),
+            metric(
+                "quiet Job complete",
+                "s",
+                up.complete_s,
+                us.complete_s,
+                true,
+                None,
+            ),
+            metric("flood done", "s", up.flood_s, us.flood_s, true, None),
+            metric("controller CPU", "CPU-s", up.cpu_s, us.cpu_s, true, None),
+            metric(
+                "peak RSS",
+                "MiB",
+                up.peak_rss_mib,
+                us.peak_rss_mib,
+                true,
+                None,
+            ),
+        ]
+        .into_iter()
+        .chain(server_metrics(&up.server, &us.server))
+        .collect(),
+        notes: vec![
+            format!(
+                "flood pods created before the quiet Job's first pod: upstream {}, kcm-rs {} (of {})",
+                up.flood_pods_before_quiet,
+                us.flood_pods_before_quiet,
+                flood.jobs * usize::try_from(flood.pods).unwrap_or(0)
+            ),
+            format!(
+                "outcomes: quiet Job upstream {}, kcm-rs {}; flood upstream {:?}, kcm-rs {:?}; pods created upstream {}, kcm-rs {}",
+                up.quiet_outcome,
+                us.quiet_outcome,
+                up.flood_outcomes,
+                us.flood_outcomes,
+                up.pods_created,
+                us.pods_created
+            ),
+        ],
+    })
 }
 
 fn machine() -> String {
