@@ -2,11 +2,13 @@
 //!
 //! Layout: [`informer`] (shared informers: one watch per kind, pods in
 //! JSON or protobuf, indexed stores, event fan-out) → handlers add keys to a [`workqueue`] (client-go
-//! semantics: dedupe, one worker per key, delays, per-key back-off) → the
+//! semantics: dedupe, one worker per key, delays, per-key back-off;
+//! namespaces in turns where asked) → the
 //! [`host`] runs each controller's workers over its queues (plain or
 //! sharded; spans, sync timeout, panic safety, wait-for-sync) and feeds its
-//! [`Health`] → syncs write through [`client`] (rate-limited, bounded
-//! retries, per-controller identities) and record through [`events`];
+//! [`Health`] → syncs write through [`client`] (rate-limited, waiting
+//! requests served by namespace in turns, bounded retries, per-controller
+//! identities) and record through [`events`];
 //! [`clock`] (the one clock: wall and monotonic time, paused in tests),
 //! [`expectations`], [`selector`], [`metrics`] (the process registry),
 //! [`leader`] (leader election), [`controller`] (the registry of
