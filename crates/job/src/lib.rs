@@ -1,31 +1,38 @@
 //! The Job controller of kcm-rs (KCM's `job-controller`).
 //!
 //! Layout and data flow: `controller/` is the executor (informer handlers,
-//! work queues, `sync_job`, claiming, pod and finalizer writes); each sync
-//! runs the pure functions of `sync/` over a snapshot of the Job, its pods
-//! and `now` (`decide`: the guards and which pods to claim; the stages
-//! prepare → manage → tracking; `decide` again: the counts flush, the
-//! finish events and the metric deltas), then performs what they decided
+//! work queues, `sync_job`, claiming, pod and finalizer writes). Each sync
+//! runs the stages of `sync/` in upstream `syncJob`'s order over a snapshot
+//! of the Job, its pods and `now`: `decide` (the guards and which pods to
+//! claim), `prepare` (stage 1: the snapshot's facts, the pod failure
+//! policy's verdicts matched once per pod in `verdicts`, the terminal
+//! decision), `manage` (the pod work, then what it came to), `decide` (the
+//! counts), `tracking` (the uncounted UIDs, finalizer removals, the terminal
+//! condition); each stage returns its decision and the executor performs it
 //! through one write port, `controller::port::JobPort` (pod create, delete,
-//! finalizer removal, adopt, release, status write, events; `ApiPort` over
-//! the API server), which also owns the "NotFound means done" rule and the
-//! bounded fan-out of multi-pod writes. The rules the stages apply live in
+//! finalizer removal, adopt, release, status write, events, and the generic
+//! create and patch of Workloads and PodGroups; `ApiPort` over the API
+//! server), which also owns the "NotFound means done" rule and the bounded
+//! fan-out of multi-pod writes. When to sync again is returned too
+//! (`sync::Requeue`). The rules the stages apply live in
 //! `pod_failure_policy/` (KEP-3329 matching), `indexes` (Indexed Jobs,
 //! backoffLimitPerIndex), `success_policy`, `backoff` and `active_pods`;
 //! `pods` and `selector` are small predicates; `settings` holds the
 //! controller's flags (`--concurrent-job-syncs`, `--job-managed-by`: beside
-//! KCM, only Jobs naming kcm-rs in `spec.managedBy`). `explain/` and `lint/` are `kcm-rs explain` and
-//! `kcm-rs lint`: they call the same matcher and `sync::prepare`, never a
-//! copy of them. `workload` decides the Workload and PodGroup of a Job
-//! (`WorkloadWithJob`, 1.37; 1.36's rules in `workload::v136` over the
-//! minimal `workload::v1alpha2` types), `controller::scheduling`
-//! (`scheduling_v136`) makes them; their informers exist only with that
-//! gate on. `sync::profile` holds what differs between minors;
-//! `controller::consistency` is 1.36's read-your-writes check. `conflict`
-//! finds a second writer of Job status; `untrusted` counts and logs what
-//! Job and pod authors wrote that the controller ignores or undoes; `mode`
-//! marks the Lease and events with the mode kcm-rs runs in; `metrics` the
-//! `job_controller_*` families.
+//! KCM, only Jobs naming kcm-rs in `spec.managedBy`). `explain/` and
+//! `lint/` are `kcm-rs explain` and `kcm-rs lint`: they call the same
+//! matcher and `sync::prepare`, never a copy of them. `workload` decides
+//! the Workload and PodGroup of a Job (`WorkloadWithJob`): one trait of
+//! rules (`workload::rules`), 1.37's (`workload::V137`) and 1.36's
+//! (`workload::v136::V136`, over the minimal `workload::v1alpha2` types);
+//! `controller::scheduling` is the one executor over either; their
+//! informers exist only with that gate on. `sync::profile` holds what
+//! differs between minors and applies the gates to a Job (`Config::view`,
+//! `Config::policy`); `controller::consistency` is 1.36's read-your-writes
+//! check. `conflict` finds a second writer of Job status; `untrusted`
+//! counts and logs what Job and pod authors wrote that the controller
+//! ignores or undoes; `mode` marks the Lease and events with the mode
+//! kcm-rs runs in; `metrics` the `job_controller_*` families.
 
 pub mod active_pods;
 pub mod backoff;
@@ -97,20 +104,16 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     if config.workload_with_job {
         // Only with the gate on: no list/watch (nor RBAC) otherwise; the
         // minor's API version only.
-        match config.workload_api {
+        use controller::scheduling::{Informers, Scheduling};
+        let informers = &ctx.informers;
+        jc.scheduling = Some(match config.workload_api {
             workload::Api::V1beta1 => {
-                jc.scheduling = Some(controller::scheduling::Scheduling::new(
-                    ctx.informers.informer(),
-                    ctx.informers.informer(),
-                ));
+                Scheduling::V137(Informers::new(informers.informer(), informers.informer()))
             }
             workload::Api::V1alpha2 => {
-                jc.scheduling_v136 = Some(controller::scheduling_v136::Scheduling::new(
-                    ctx.informers.informer(),
-                    ctx.informers.informer(),
-                ));
+                Scheduling::V136(Informers::new(informers.informer(), informers.informer()))
             }
-        }
+        });
     }
     // Registered at start; a series appears per writer seen.
     controller::conflict::gauge();

@@ -3,6 +3,7 @@
 //! job_controller.go `isPodFailed`, indexed_job_utils.go annotation readers).
 
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kcm_pod::{CachedPod, ControllerRef};
 
 /// Annotation (read) and label (written) holding a pod's completion index.
@@ -80,6 +81,19 @@ pub fn only_replace_failed_pods(job: &Job) -> bool {
     let spec = job.spec.as_ref();
     spec.and_then(|s| s.pod_replacement_policy.as_deref()) == Some("Failed")
         || spec.is_some_and(|s| s.pod_failure_policy.is_some())
+}
+
+/// The controller ownerReference a Job puts on what it creates (its pods,
+/// its Workload and PodGroup).
+pub fn controller_ref(job: &Job) -> OwnerReference {
+    OwnerReference {
+        api_version: "batch/v1".into(),
+        kind: "Job".into(),
+        name: job.metadata.name.clone().unwrap_or_default(),
+        uid: job.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
 }
 
 /// Upstream `isPodFailed`: phase `Failed`; or, unless the Job replaces only

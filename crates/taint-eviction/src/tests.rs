@@ -112,14 +112,21 @@ fn pod_of(v: Value) -> CachedPod {
     CachedPod::from(&pod)
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_tolerated_taint_evicts_at_the_toleration_end_on_the_paused_clock() {
-    let start = Timestamp::from_second(1_700_000_000).expect("valid");
+/// The controller at `start`, with node `n1` tainted `k:NoExecute` and
+/// the pod tolerating it for 30 s on it.
+async fn tolerating_pod_on_tainted_node(start: Timestamp) -> Running {
     let c = controller(start).await;
     c.nodes
         .feed_apply(node(json!([{"key": "k", "effect": "NoExecute"}])));
     c.pods.feed_apply(pod_of(pod()));
     settle().await;
+    c
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tolerated_taint_evicts_at_the_toleration_end_on_the_paused_clock() {
+    let start = Timestamp::from_second(1_700_000_000).expect("valid");
+    let c = tolerating_pod_on_tainted_node(start).await;
 
     tokio::time::sleep(Duration::from_secs(29)).await;
     settle().await;
@@ -148,11 +155,7 @@ async fn a_tolerated_taint_evicts_at_the_toleration_end_on_the_paused_clock() {
 #[tokio::test(start_paused = true)]
 async fn removing_the_taint_before_the_end_cancels_the_eviction() {
     let start = Timestamp::from_second(1_700_000_000).expect("valid");
-    let c = controller(start).await;
-    c.nodes
-        .feed_apply(node(json!([{"key": "k", "effect": "NoExecute"}])));
-    c.pods.feed_apply(pod_of(pod()));
-    settle().await;
+    let c = tolerating_pod_on_tainted_node(start).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     c.nodes.feed_apply(node(json!([])));
     settle().await;

@@ -12,9 +12,10 @@ use kcm_runtime::informer::{BY_NAMESPACE, Change, object_key};
 use super::port::JobPort;
 use super::{JobController, OrphanKey, SYNC_JOB_BATCH_PERIOD};
 use crate::metrics::metrics;
-use crate::pod_failure_policy::{Action, effective_policy, match_pod_failure_policy};
+use crate::pod_failure_policy::{Action, match_pod_failure_policy};
 use crate::pods::{has_tracking_finalizer, is_terminal, phase};
 use crate::selector;
+use crate::sync::Config;
 use crate::untrusted;
 
 pub use crate::pods::{controller_of, is_finished};
@@ -42,13 +43,15 @@ fn record_tracking_finalizer(old: Option<&CachedPod>, new: Option<&CachedPod>) {
 /// its Job whatever else the batch would bring, so the Job is synced at once
 /// (at most once per Job: later syncs see `FailureTarget`). This halves the
 /// time from the failure to `FailureTarget` and costs no extra requests.
-fn newly_fails_job(job: &Job, old: &CachedPod, cur: &CachedPod, gate_enabled: bool) -> bool {
+fn newly_fails_job(job: &Job, old: &CachedPod, cur: &CachedPod, config: &Config) -> bool {
     let failed = |p: &CachedPod| phase(p) == "Failed";
     if failed(old) || !failed(cur) || is_finished(job) {
         return false;
     }
-    let policy = effective_policy(job, gate_enabled);
-    policy.is_some() && match_pod_failure_policy(policy, cur).action == Some(Action::FailJob)
+    // The policy as the sync applies it (the gates shape it one way).
+    let policy = config.policy(job);
+    policy.is_some()
+        && match_pod_failure_policy(policy.as_ref(), cur).action == Some(Action::FailJob)
 }
 
 impl<P: JobPort> JobController<P> {
@@ -182,7 +185,7 @@ impl<P: JobPort> JobController<P> {
                     self.finalizer_expectations
                         .finalizer_removal_observed(&object_key(job.as_ref()), uid);
                 }
-                let delay = if newly_fails_job(job, old, cur, self.config.pod_failure_policy) {
+                let delay = if newly_fails_job(job, old, cur, &self.config) {
                     Duration::ZERO
                 } else {
                     SYNC_JOB_BATCH_PERIOD
@@ -375,7 +378,7 @@ impl<P: JobPort> JobController<P> {
 
 #[cfg(test)]
 mod tests {
-    use super::newly_fails_job;
+    use super::{Config, newly_fails_job};
     use k8s_openapi::api::batch::v1::Job;
     use kcm_pod::CachedPod;
     use serde_json::json;
@@ -408,30 +411,37 @@ mod tests {
     fn only_a_fresh_failjob_match_skips_the_batch() {
         let running = pod("Running", 0);
         let j = job(true, false);
-        assert!(newly_fails_job(&j, &running, &pod("Failed", 42), true));
+        let (on, off) = (
+            &Config::default(),
+            &Config {
+                pod_failure_policy: false,
+                ..Config::default()
+            },
+        );
+        assert!(newly_fails_job(&j, &running, &pod("Failed", 42), on));
         // Already failed before: not a new failure.
         assert!(!newly_fails_job(
             &j,
             &pod("Failed", 42),
             &pod("Failed", 42),
-            true
+            on
         ));
         // Other actions, no policy, gate off, finished Job, success.
-        assert!(!newly_fails_job(&j, &running, &pod("Failed", 3), true));
-        assert!(!newly_fails_job(&j, &running, &pod("Failed", 1), true));
+        assert!(!newly_fails_job(&j, &running, &pod("Failed", 3), on));
+        assert!(!newly_fails_job(&j, &running, &pod("Failed", 1), on));
         assert!(!newly_fails_job(
             &job(false, false),
             &running,
             &pod("Failed", 42),
-            true
+            on
         ));
-        assert!(!newly_fails_job(&j, &running, &pod("Failed", 42), false));
+        assert!(!newly_fails_job(&j, &running, &pod("Failed", 42), off));
         assert!(!newly_fails_job(
             &job(true, true),
             &running,
             &pod("Failed", 42),
-            true
+            on
         ));
-        assert!(!newly_fails_job(&j, &running, &pod("Succeeded", 0), true));
+        assert!(!newly_fails_job(&j, &running, &pod("Succeeded", 0), on));
     }
 }

@@ -12,7 +12,6 @@ mod orphans;
 mod pod_control;
 pub mod port;
 pub mod scheduling;
-pub mod scheduling_v136;
 mod sync_job;
 
 use std::collections::HashSet;
@@ -121,7 +120,6 @@ pub struct JobController<P = ApiPort> {
     /// The Workload and PodGroup informers, with `WorkloadWithJob` on
     /// (1.37's v1beta1 ones, or 1.36's v1alpha2 ones; never both).
     pub scheduling: Option<scheduling::Scheduling>,
-    pub scheduling_v136: Option<scheduling_v136::Scheduling>,
 }
 
 /// The core/v1 reference of a Job, for events.
@@ -174,7 +172,6 @@ impl<P: JobPort> JobController<P> {
             rw: consistency::ReadYourWrites::new(config.read_your_writes),
             conflict: crate::conflict::Ledger::new(Default::default()),
             scheduling: None,
-            scheduling_v136: None,
             clock,
         }
     }
@@ -197,12 +194,7 @@ impl<P: JobPort> JobController<P> {
         host.track(&self.jobs);
         host.track(&self.pods);
         if let Some(s) = &self.scheduling {
-            host.track(&s.workloads);
-            host.track(&s.pod_groups);
-        }
-        if let Some(s) = &self.scheduling_v136 {
-            host.track(&s.workloads);
-            host.track(&s.pod_groups);
+            s.track(&host);
         }
         if !host.wait_for_sync(&stop).await {
             return;

@@ -9,21 +9,11 @@ use k8s_openapi::api::core::v1::Pod;
 use kcm_pod::CachedPod;
 
 use super::JobController;
-use super::port::{JobPort, Settle, Settled, fan_out, slow_start};
-use super::sync_job::name_of;
+use super::port::{JobPort, Settle, Settled, error_message, fan_out, slow_start};
 use crate::metrics::metrics;
 use crate::pods::{has_tracking_finalizer, is_ready};
-use crate::sync::JobCtx;
+use crate::sync::Prepared;
 use crate::sync::manage::{Outcome, PodWork};
-
-/// An error as client-go prints it in events: an API error is just the
-/// status message (`pods "x" is forbidden: ...`), not kube's debug dump.
-pub(super) fn error_message(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) if !s.message.is_empty() => s.message.clone(),
-        other => other.to_string(),
-    }
-}
 
 /// What removing one pod (finalizer patch, then DELETE) came to.
 struct Removal {
@@ -58,7 +48,7 @@ async fn remove_pod<P: JobPort>(port: &P, p: &CachedPod) -> Removal {
     let ready = is_ready(p);
     let result = port.delete_pod(p).await;
     let delete_event = match &result {
-        Ok(Settled::Written(())) => Some(Ok(name_of(p))),
+        Ok(Settled::Written(())) => Some(Ok(p.name().to_string())),
         Ok(Settled::Moot) => None,
         Err(e) => Some(Err(error_message(e))),
     };
@@ -71,19 +61,19 @@ async fn remove_pod<P: JobPort>(port: &P, p: &CachedPod) -> Removal {
 
 impl<P: JobPort> JobController<P> {
     /// Performs `work` against the API server; returns what it achieved
-    /// (for [`crate::sync::manage::apply_outcome`]) and the first error.
+    /// (for [`crate::sync::manage::after_pods`]) and the first error.
     pub(super) async fn do_pod_work(
         &self,
         key: &str,
-        ctx: &JobCtx,
+        p: &Prepared,
         work: &PodWork,
     ) -> (Outcome, Option<kube::Error>) {
-        let job = &ctx.job;
+        let job = &p.job;
         match work {
             PodWork::DeleteActive(pods) => {
                 let results = fan_out(pods.iter().cloned(), |p: Arc<CachedPod>| async move {
                     let r = self.port.delete_pod(&p).await;
-                    (name_of(&p), is_ready(&p), r)
+                    (p.name().to_string(), is_ready(&p), r)
                 })
                 .await;
                 let mut out = Outcome::default();
@@ -158,7 +148,7 @@ impl<P: JobPort> JobController<P> {
                 }
                 (out, error)
             }
-            PodWork::Create(pods) => self.create_pods(key, ctx, pods).await,
+            PodWork::Create(pods) => self.create_pods(key, p, pods).await,
             PodWork::Backoff(_) | PodWork::Nothing => (Outcome::default(), None),
         }
     }
@@ -168,10 +158,10 @@ impl<P: JobPort> JobController<P> {
     async fn create_pods(
         &self,
         key: &str,
-        ctx: &JobCtx,
+        prepared: &Prepared,
         pods: &[Pod],
     ) -> (Outcome, Option<kube::Error>) {
-        let job = &ctx.job;
+        let job = &prepared.job;
         self.expectations
             .expect_creations(key, i64::try_from(pods.len()).unwrap_or(i64::MAX));
         let mut out = Outcome::default();
@@ -232,11 +222,12 @@ impl<P: JobPort> JobController<P> {
                 .and_then(|s| s.pod_replacement_policy.as_deref())
                 == Some("Failed");
         // Without JobPodReplacementPolicy upstream counts every creation as new.
-        let reason = if !ctx.config.pod_replacement_policy {
+        let (failed_before, terminating) = (prepared.failed, prepared.counts.terminating);
+        let reason = if !prepared.config.pod_replacement_policy {
             "new"
-        } else if per_failed && ctx.failed > 0 {
+        } else if per_failed && failed_before > 0 {
             "recreate_failed"
-        } else if ctx.failed > 0 || ctx.terminating > 0 {
+        } else if failed_before > 0 || terminating > 0 {
             "recreate_terminating_or_failed"
         } else {
             "new"

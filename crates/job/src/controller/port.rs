@@ -15,7 +15,6 @@ use std::future::Future;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::scheduling::v1beta1::{PodGroup, Workload};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kcm_pod::CachedPod;
 use kcm_runtime::client::{LeanApi, Written};
@@ -26,7 +25,7 @@ use serde_json::json;
 
 use super::job_ref;
 use crate::pods::JOB_TRACKING_FINALIZER;
-use crate::workload::v1alpha2;
+use crate::workload::rules::Object;
 
 /// At most this many pod writes of one batch in flight at once.
 pub const FAN_OUT: usize = 64;
@@ -159,59 +158,31 @@ pub trait JobPort: Send + Sync {
     /// Records an event about the Job.
     fn event(&self, job: &Job, type_: EventType, reason: &str, message: String);
 
-    // WorkloadWithJob's writes (only with the gate on; a port without them
-    // answers 501).
-    /// Creates a Workload.
-    fn create_workload(
-        &self,
-        w: &Workload,
-    ) -> impl Future<Output = Result<Workload, kube::Error>> + Send {
-        let _ = w;
-        async { Err(unsupported("workloads")) }
+    // WorkloadWithJob's writes, of either minor's types (only with the
+    // gate on; a port without them answers 501).
+    /// Creates a Workload or PodGroup in its namespace.
+    fn create<K: Object>(&self, obj: &K) -> impl Future<Output = Result<K, kube::Error>> + Send {
+        let _ = obj;
+        async { Err(unsupported(&K::plural(&()))) }
     }
-    /// Creates a PodGroup.
-    fn create_pod_group(
-        &self,
-        pg: &PodGroup,
-    ) -> impl Future<Output = Result<PodGroup, kube::Error>> + Send {
-        let _ = pg;
-        async { Err(unsupported("podgroups")) }
-    }
-    /// Strategic-merge patches a Workload.
-    fn patch_workload(
+    /// Strategic-merge patches a Workload or PodGroup.
+    fn patch<K: Object>(
         &self,
         ns: &str,
         name: &str,
         patch: serde_json::Value,
     ) -> impl Future<Output = Result<(), kube::Error>> + Send {
         let _ = (ns, name, patch);
-        async { Err(unsupported("workloads")) }
+        async { Err(unsupported(&K::plural(&()))) }
     }
-    /// Strategic-merge patches a PodGroup.
-    fn patch_pod_group(
-        &self,
-        ns: &str,
-        name: &str,
-        patch: serde_json::Value,
-    ) -> impl Future<Output = Result<(), kube::Error>> + Send {
-        let _ = (ns, name, patch);
-        async { Err(unsupported("podgroups")) }
-    }
-    /// Creates a 1.36 (`v1alpha2`) Workload.
-    fn create_workload_v1alpha2(
-        &self,
-        w: &v1alpha2::Workload,
-    ) -> impl Future<Output = Result<v1alpha2::Workload, kube::Error>> + Send {
-        let _ = w;
-        async { Err(unsupported("workloads")) }
-    }
-    /// Creates a 1.36 (`v1alpha2`) PodGroup.
-    fn create_pod_group_v1alpha2(
-        &self,
-        pg: &v1alpha2::PodGroup,
-    ) -> impl Future<Output = Result<v1alpha2::PodGroup, kube::Error>> + Send {
-        let _ = pg;
-        async { Err(unsupported("podgroups")) }
+}
+
+/// An error as client-go prints it in events: an API error is just the
+/// status message (`pods "x" is forbidden: ...`), not kube's debug dump.
+pub fn error_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if !s.message.is_empty() => s.message.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -350,56 +321,21 @@ impl JobPort for ApiPort {
         self.recorder.event(&job_ref(job), type_, reason, message);
     }
 
-    async fn create_workload(&self, w: &Workload) -> Result<Workload, kube::Error> {
-        Api::<Workload>::namespaced(self.client.clone(), ns_of(&w.metadata))
-            .create(&PostParams::default(), w)
+    async fn create<K: Object>(&self, obj: &K) -> Result<K, kube::Error> {
+        Api::<K>::namespaced(self.client.clone(), ns_of(obj.meta()))
+            .create(&PostParams::default(), obj)
             .await
     }
 
-    async fn create_pod_group(&self, pg: &PodGroup) -> Result<PodGroup, kube::Error> {
-        Api::<PodGroup>::namespaced(self.client.clone(), ns_of(&pg.metadata))
-            .create(&PostParams::default(), pg)
-            .await
-    }
-
-    async fn patch_workload(
+    async fn patch<K: Object>(
         &self,
         ns: &str,
         name: &str,
         patch: serde_json::Value,
     ) -> Result<(), kube::Error> {
-        let api = Api::<Workload>::namespaced(self.client.clone(), ns);
+        let api = Api::<K>::namespaced(self.client.clone(), ns);
         let p = Patch::Strategic(patch);
         api.patch(name, &PatchParams::default(), &p).await.map(drop)
-    }
-
-    async fn patch_pod_group(
-        &self,
-        ns: &str,
-        name: &str,
-        patch: serde_json::Value,
-    ) -> Result<(), kube::Error> {
-        let api = Api::<PodGroup>::namespaced(self.client.clone(), ns);
-        let p = Patch::Strategic(patch);
-        api.patch(name, &PatchParams::default(), &p).await.map(drop)
-    }
-
-    async fn create_workload_v1alpha2(
-        &self,
-        w: &v1alpha2::Workload,
-    ) -> Result<v1alpha2::Workload, kube::Error> {
-        Api::<v1alpha2::Workload>::namespaced(self.client.clone(), ns_of(&w.metadata))
-            .create(&PostParams::default(), w)
-            .await
-    }
-
-    async fn create_pod_group_v1alpha2(
-        &self,
-        pg: &v1alpha2::PodGroup,
-    ) -> Result<v1alpha2::PodGroup, kube::Error> {
-        Api::<v1alpha2::PodGroup>::namespaced(self.client.clone(), ns_of(&pg.metadata))
-            .create(&PostParams::default(), pg)
-            .await
     }
 }
 

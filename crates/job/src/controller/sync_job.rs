@@ -1,11 +1,14 @@
-//! The executor of one Job sync: reads the caches, runs the pure stages of
-//! [`crate::sync`] and performs their API calls in order, stopping at the
-//! first failed status write (the key is then retried with back-off).
+//! The executor of one Job sync, in upstream `syncJob`'s order: the guards,
+//! the snapshot (claimed pods, the Workload's PodGroup), then each stage of
+//! [`crate::sync`] and the API calls it asks for, the Job's status handed
+//! from one stage to the next. It stops at the first failed status write
+//! (the key is then retried with back-off); the stages' requeue is applied
+//! once, at the end, whatever happened.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::batch::v1::{Job, JobStatus};
+use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
 use kcm_pod::CachedPod;
 use tracing::Instrument;
 
@@ -14,9 +17,9 @@ use super::consistency::Resource;
 use super::port::{JobPort, Settled, fan_out};
 use crate::metrics::{self, metrics};
 use crate::sync::decide::{self, Guard, guard};
-use crate::sync::manage::{apply_outcome, pod_work};
-use crate::sync::tracking::{self, Tracking};
-use crate::sync::{ACTION_RECONCILING, Input, JobCtx, prepare};
+use crate::sync::manage::{after_pods, pod_work};
+use crate::sync::tracking;
+use crate::sync::{ACTION_RECONCILING, Input, Prepared, Requeue, prepare};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
@@ -35,14 +38,10 @@ pub enum SyncError {
     #[error("ensuring Workload and PodGroup for Job {job}: {source}")]
     Scheduling {
         job: String,
-        source: super::scheduling::EnsureError,
+        source: crate::workload::EnsureError,
     },
     #[error(transparent)]
     Stale(#[from] super::consistency::Stale),
-}
-
-pub(super) fn name_of(p: &CachedPod) -> String {
-    p.name().to_string()
 }
 
 impl<P: JobPort> JobController<P> {
@@ -114,10 +113,17 @@ impl<P: JobPort> JobController<P> {
         }
         let mode = decide::mode(&shared);
         let span = tracing::info_span!("sync", job = %key);
-        let (action, result) = self
+        let (action, requeue, result) = self
             .sync_inner(key, ns, name, (*shared).clone())
             .instrument(span)
             .await;
+        // The stages' wait (deadline, back-off), counted from the sync's
+        // start, whatever else happened.
+        if let Some(after) = requeue.wait() {
+            let waited = self.clock.instant().saturating_duration_since(started);
+            self.queue
+                .add_after(key.to_string(), after.saturating_sub(waited));
+        }
         let res = if result.is_ok() { "success" } else { "error" };
         let m = metrics();
         m.sync_duration
@@ -127,30 +133,31 @@ impl<P: JobPort> JobController<P> {
         result
     }
 
+    /// From the snapshot to the last status write: (the `action` label,
+    /// when to sync again, the result).
     async fn sync_inner(
         &self,
         key: &str,
         ns: &str,
         name: &str,
         job: Job,
-    ) -> (&'static str, Result<(), SyncError>) {
+    ) -> (&'static str, Requeue, Result<(), SyncError>) {
         let satisfied = self.expectations.satisfied(key);
         let (pods, claim_error) = self.pods_for_job(&job).await;
         if let Some(e) = claim_error {
-            return (ACTION_RECONCILING, Err(SyncError::Claim(e)));
+            return (ACTION_RECONCILING, Requeue::NONE, Err(SyncError::Claim(e)));
         }
         // Before pod management: new pods name the PodGroup.
         let pod_group = match self.ensure_scheduling(&job, pods.len()).await {
             Ok(pg) => pg,
             Err(source) => {
                 let job = key.to_string();
-                return (
-                    ACTION_RECONCILING,
-                    Err(SyncError::Scheduling { job, source }),
-                );
+                let e = SyncError::Scheduling { job, source };
+                return (ACTION_RECONCILING, Requeue::NONE, Err(e));
             }
         };
-        let input = Input {
+        // 1. The snapshot's facts and the terminal decision.
+        let p = prepare(Input {
             job,
             pods,
             satisfied,
@@ -158,54 +165,57 @@ impl<P: JobPort> JobController<P> {
             stored_backoff: self.backoff.get(key),
             now: self.clock.now(),
             config: self.config,
-        };
-        let mut ctx = prepare(input);
-        ctx.pod_group = pod_group;
-        let work = pod_work(&mut ctx);
-        if tracking::record_success_before_deletes(&mut ctx, &work)
-            && let Err(e) = self.write_status(ns, name, &mut ctx).await
-        {
-            return (ctx.action, Err(SyncError::Flush1(e)));
+            pod_group,
+        });
+        // The working copy: its status goes from stage to stage and is
+        // written where they say.
+        let mut job = p.job.clone();
+        // 2. What to do to pods; a met success policy's condition first.
+        let managed = pod_work(&p);
+        if let Some(status) = tracking::success_first(&p, &managed.work, status(&job)) {
+            job.status = Some(status);
+            if let Err(e) = self.write_status(ns, name, &mut job).await {
+                return (managed.action, Requeue::NONE, Err(SyncError::Flush1(e)));
+            }
         }
-        let (outcome, pod_error) = self.do_pod_work(key, &ctx, &work).await;
-        apply_outcome(&mut ctx, &work, outcome);
-        for e in std::mem::take(&mut ctx.events) {
-            self.event(&ctx.job, e.warning, &e.reason, e.message);
+        let (outcome, pod_error) = self.do_pod_work(key, &p, &managed.work).await;
+        // 3. What the pod calls came to.
+        let after = after_pods(&p, &managed, outcome, status(&job));
+        for e in &after.events {
+            self.event(&job, e.warning, &e.reason, e.message.clone());
         }
-        let needs_flush = decide::set_counts(&mut ctx);
-        let action = ctx.action;
-        if let Some(after) = ctx.requeue_after {
-            self.queue.add_after(key.to_string(), after);
-        }
-        if let Err(e) = self.track(key, ns, name, &mut ctx, needs_flush).await {
-            return (action, Err(e));
-        }
-        (
-            action,
-            pod_error.map_or(Ok(()), |e| Err(SyncError::Pods(e))),
-        )
+        // 4. The counts.
+        let (counted, needs_flush) = decide::with_counts(
+            &after.status,
+            after.counts,
+            after.suspend_changed,
+            &p.config,
+        );
+        job.status = Some(counted);
+        let requeue = p.requeue.min(after.requeue);
+        // 5, 6. Tracking finished pods, and the terminal condition.
+        let tracked = self
+            .track(key, (ns, name), &p, &mut job, &after, needs_flush)
+            .await;
+        let result = tracked.and(pod_error.map_or(Ok(()), |e| Err(SyncError::Pods(e))));
+        (managed.action, requeue, result)
     }
 
-    async fn write_status(
-        &self,
-        ns: &str,
-        name: &str,
-        ctx: &mut JobCtx,
-    ) -> Result<(), kube::Error> {
+    async fn write_status(&self, ns: &str, name: &str, job: &mut Job) -> Result<(), kube::Error> {
         let key = format!("{ns}/{name}");
-        let written = self.ledgered_status_write(&key, &ctx.job).await?;
+        let written = self.ledgered_status_write(&key, job).await?;
         self.rw.on_write(
             &key,
-            ctx.job.metadata.uid.as_deref().unwrap_or(""),
+            job.metadata.uid.as_deref().unwrap_or(""),
             Resource::Jobs,
             written.metadata.resource_version.as_deref(),
         );
-        ctx.job.metadata.resource_version = written.metadata.resource_version;
+        job.metadata.resource_version = written.metadata.resource_version;
         Ok(())
     }
 
-    fn record_pods_finished(&self, ctx: &JobCtx, old: &JobStatus) {
-        let d = decide::pods_finished(&ctx.job, old);
+    fn record_pods_finished(&self, job: &Job, old: &JobStatus) {
+        let d = decide::pods_finished(job, old);
         let m = metrics();
         for (result, label, n) in &d.indexes {
             m.finished_indexes
@@ -220,23 +230,27 @@ impl<P: JobPort> JobController<P> {
             .inc_by(d.failed);
     }
 
-    /// Upstream trackJobStatusAndRemoveFinalizers.
+    /// Upstream trackJobStatusAndRemoveFinalizers: stages 5 and 6 and
+    /// their writes.
     async fn track(
         &self,
         key: &str,
-        ns: &str,
-        name: &str,
-        ctx: &mut JobCtx,
+        (ns, name): (&str, &str),
+        p: &Prepared,
+        job: &mut Job,
+        after: &crate::sync::manage::AfterPods,
         needs_flush: bool,
     ) -> Result<(), SyncError> {
-        let mut plan: Tracking = tracking::plan(ctx, needs_flush);
+        let plan = tracking::plan(p, after.finished.as_ref(), status(job), needs_flush);
+        job.status = Some(plan.status.clone());
+        let mut old_status = plan.old_status.clone();
         if plan.flush {
-            self.write_status(ns, name, ctx)
+            self.write_status(ns, name, job)
                 .await
                 .map_err(SyncError::Flush1)?;
-            self.backoff.update(key, ctx.new_backoff);
-            self.record_pods_finished(ctx, &plan.old_status);
-            plan.old_status = ctx.job.status.clone().unwrap_or_default();
+            self.backoff.update(key, p.new_backoff);
+            self.record_pods_finished(job, &old_status);
+            old_status = status(job).clone();
         }
         for (action, n) in &plan.policy_actions {
             metrics()
@@ -245,39 +259,48 @@ impl<P: JobPort> JobController<P> {
                 .inc_by(*n);
         }
         let (removed, rm_error) = self.remove_finalizers(key, &plan.remove_finalizers).await;
-        let fin = tracking::finish(ctx, &mut plan, &removed, rm_error.is_some());
+        let terminating = after.counts.terminating;
+        let fin = tracking::finish(
+            p,
+            &plan,
+            status(job),
+            terminating,
+            &removed,
+            rm_error.is_some(),
+        );
+        job.status = Some(fin.status);
         if let Some(e) = rm_error {
             if fin.flush {
-                self.write_status(ns, name, ctx)
+                self.write_status(ns, name, job)
                     .await
                     .map_err(SyncError::Flush2)?;
             }
             return Err(SyncError::RemoveFinalizers(e));
         }
         if fin.flush {
-            self.write_status(ns, name, ctx)
+            self.write_status(ns, name, job)
                 .await
                 .map_err(SyncError::Flush2)?;
-            if fin.finished {
-                self.job_finished(ctx);
+            if fin.finished
+                && let Some(f) = plan.finished.as_ref()
+            {
+                self.job_finished(job, f);
             }
-            self.record_pods_finished(ctx, &plan.old_status);
+            self.record_pods_finished(job, &old_status);
         }
         Ok(())
     }
 
-    fn job_finished(&self, ctx: &JobCtx) {
-        let Some(f) = decide::finished(ctx) else {
-            return;
-        };
+    fn job_finished(&self, job: &Job, f: &JobCondition) {
+        let f = decide::finished(job, f);
         for e in f.events {
-            self.event(&ctx.job, e.warning, &e.reason, e.message);
+            self.event(job, e.warning, &e.reason, e.message);
         }
         metrics()
             .jobs_finished
             .with_label_values(&[f.mode, f.result, &f.reason])
             .inc();
-        if let Some(uid) = ctx.job.metadata.uid.clone() {
+        if let Some(uid) = job.metadata.uid.clone() {
             self.finished_jobs.lock().insert(uid);
         }
     }
@@ -326,4 +349,12 @@ impl<P: JobPort> JobController<P> {
         }
         (removed, error)
     }
+}
+
+/// The status of the working copy (stage 1 always leaves one).
+fn status(job: &Job) -> &JobStatus {
+    static EMPTY: std::sync::OnceLock<JobStatus> = std::sync::OnceLock::new();
+    job.status
+        .as_ref()
+        .unwrap_or_else(|| EMPTY.get_or_init(JobStatus::default))
 }

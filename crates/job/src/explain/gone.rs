@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Event, Pod, PodCondition, PodStatus};
 use kcm_conditions::disruption::{DISRUPTION_TARGET, REASON_DELETION_BY_TAINT_MANAGER};
 use serde::Serialize;
 
-use crate::pod_failure_policy::{Action, effective_policy, match_pod_failure_policy};
+use crate::pod_failure_policy::{Action, match_pod_failure_policy};
 use crate::sync::Config;
 
 /// The taint manager's event reason and the start of its eviction message.
@@ -119,7 +119,7 @@ fn infer_eviction(job: &Job, name: &str, config: Config) -> Inferred {
         ..Default::default()
     });
     let pod = kcm_pod::CachedPod::from(pod);
-    let m = match_pod_failure_policy(effective_policy(job, config.pod_failure_policy), &pod);
+    let m = match_pod_failure_policy(config.policy(job).as_ref(), &pod);
     Inferred {
         condition: format!("{DISRUPTION_TARGET} ({REASON_DELETION_BY_TAINT_MANAGER})"),
         rule: m.rule,

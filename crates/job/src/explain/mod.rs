@@ -32,10 +32,10 @@ use serde::Serialize;
 
 use crate::backoff::finished_time;
 use crate::indexes;
-use crate::pod_failure_policy::{Action, effective_policy, match_pod_failure_policy};
+use crate::pod_failure_policy::{Action, match_pod_failure_policy};
 use crate::pods::{index_failure_count, is_pod_failed, phase};
 use crate::sync::Config;
-use crate::sync::prepare::{counts_as_failure, verdict as verdict_of};
+use replay::{counts_as_failure, verdict as verdict_of};
 
 pub use describe::{ConditionSeen, Evidence, RuleTrace};
 use fetched::Fetched;
@@ -291,7 +291,7 @@ pub fn explain(req: &Request<'_>) -> Explanation {
         managed_by: job.spec.as_ref().and_then(|s| s.managed_by.clone()),
         completion_mode: crate::sync::decide::mode(job).into(),
         budgets: budgets(job),
-        policy_applied: effective_policy(job, config.pod_failure_policy).is_some(),
+        policy_applied: config.policy(job).is_some(),
         rules: rule_texts(job),
         status: StatusSeen {
             active: status.active.unwrap_or(0),
@@ -417,6 +417,7 @@ fn run_replay(
             stored_backoff: None,
             now,
             config,
+            pod_group: None,
         });
         decision = ctx.finished.as_ref().map(ConditionText::of);
         if decision.is_some() && gone_failed > 0 {
@@ -434,7 +435,8 @@ fn run_replay(
 }
 
 fn pod_report(job: &Job, config: Config, p: &CachedPod, full: &Pod) -> PodReport {
-    let policy = effective_policy(job, config.pod_failure_policy);
+    let policy = config.policy(job);
+    let policy = policy.as_ref();
     let m = match_pod_failure_policy(policy, p);
     PodReport {
         pod: name(p),

@@ -15,7 +15,7 @@ use kcm_pod::CachedPod;
 
 use crate::indexes::{self, OrderedIntervals};
 use crate::pods::{completions, has_tracking_finalizer, is_pod_failed, phase, valid_index};
-use crate::sync::prepare::{counts_as_failure, verdict};
+use crate::sync::Verdicts;
 use crate::sync::{Config, Input, prepare};
 
 /// Conditions a replay decides again; `Suspended` and others are kept.
@@ -38,6 +38,17 @@ fn uid(p: &CachedPod) -> &str {
 /// UID waits in `uncountedTerminatedPods.failed`)?
 fn accounted(p: &CachedPod, uncounted: &HashSet<&str>) -> bool {
     !has_tracking_finalizer(p) || uncounted.contains(uid(p))
+}
+
+/// Whether the failure of `p` counts, as the controller's sync decides it
+/// ([`Verdicts`] over the Job the sync would read).
+pub fn counts_as_failure(job: &Job, config: Config, p: &CachedPod) -> bool {
+    Verdicts::new(&config.view(job.clone())).counts(p)
+}
+
+/// (counts towards back-off, fails its index), as the sync decides it.
+pub(crate) fn verdict(job: &Job, config: Config, p: &CachedPod) -> (bool, bool) {
+    Verdicts::new(&config.view(job.clone())).index_verdict(p)
 }
 
 /// `stored` without what `present` pods account for: the status a replay
@@ -139,11 +150,12 @@ pub fn run(
             stored_backoff: None,
             now: *at,
             config,
+            pod_group: None,
         });
         let done = ctx.finished.is_some();
         steps.push(Step {
             failed: ctx.failed,
-            failed_indexes: ctx.failed_indexes,
+            failed_indexes: ctx.indexes.failed,
             finished: ctx.finished,
         });
         if done {

@@ -402,10 +402,10 @@ proptest! {
         let e = explain_world(&w, None);
         let status = w.job.status.clone().unwrap_or_default();
         // Each failed pod's action is the controller's matcher's.
-        let policy = effective_policy(&w.job, true);
+        let policy = w.config.policy(&w.job);
         for r in &e.failures {
             let p = w.pods.iter().find(|p| p.metadata.name.as_deref() == Some(&r.pod)).expect("pod");
-            let m = match_pod_failure_policy(policy, &p.into());
+            let m = match_pod_failure_policy(policy.as_ref(), &p.into());
             prop_assert_eq!(r.rule, m.rule);
             prop_assert_eq!(r.action.as_str(), m.action.map_or("default", Action::as_str));
         }

@@ -102,16 +102,6 @@ impl PolicyMatch {
     }
 }
 
-/// The policy the controller must apply for `job`: `spec.podFailurePolicy`
-/// when the `JobPodFailurePolicy` gate is on, otherwise none at all (with the
-/// gate off upstream ignored the field entirely).
-pub fn effective_policy(job: &Job, gate_enabled: bool) -> Option<&PodFailurePolicy> {
-    if !gate_enabled {
-        return None;
-    }
-    job.spec.as_ref()?.pod_failure_policy.as_ref()
-}
-
 /// Matches a failed pod against `policy` (upstream `matchPodFailurePolicy`).
 ///
 /// Rules are tried in order; the first rule that matches the pod *and* has a
@@ -178,19 +168,20 @@ pub fn rule_outcome<'a>(rule: &PodFailurePolicyRule, pod: &'a CachedPod) -> Rule
     }
 }
 
-/// The `FailJob` message of the first pod in `pods` (in the given order) that
-/// is failed (`is_pod_failed`) and matches a `FailJob` rule (upstream
-/// `getFailJobMessage`). `None` when the Job has no effective policy.
-///
-/// "Failed" is [`is_pod_failed`], which in 1.34 never counts a terminating
-/// (not yet `Failed`) pod of a Job that has a pod failure policy.
-///
-/// `gate_enabled` is the state of the `JobPodFailurePolicy` feature gate.
-pub fn get_fail_job_message(job: &Job, pods: &[&CachedPod], gate_enabled: bool) -> Option<String> {
-    let policy = effective_policy(job, gate_enabled)?;
+/// Upstream `getFailJobMessage`: the message of the first pod, in `pods`
+/// order, that is failed and that a `FailJob` rule matched; `verdict` is
+/// the policy's match of a pod (the sync's [`Verdicts`](crate::sync::Verdicts)
+/// match each pod once). "Failed" is [`is_pod_failed`], which never counts
+/// a terminating (not yet `Failed`) pod of a Job that has a pod failure
+/// policy.
+pub fn fail_job_message(
+    job: &Job,
+    pods: &[&CachedPod],
+    verdict: &dyn Fn(&CachedPod) -> PolicyMatch,
+) -> Option<String> {
     pods.iter()
         .filter(|pod| is_pod_failed(pod, job))
-        .find_map(|pod| match_pod_failure_policy(Some(policy), pod).fail_job_message)
+        .find_map(|pod| verdict(pod).fail_job_message)
 }
 
 /// What made a rule match: the `FailJob` message and `kcm-rs explain` name it.

@@ -7,11 +7,10 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::batch::v1::{Job, JobStatus};
+use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
 use kcm_pod::CachedPod;
 
-use super::Config;
-use super::{JobCtx, JobEvent};
+use super::{Config, Counts, JobEvent};
 use crate::indexes::OrderedIntervals;
 use crate::pods::{completions, controller_of, is_finished, is_indexed, unknown_completion_mode};
 
@@ -110,22 +109,27 @@ pub fn claim(job: &Job, owned: Vec<Arc<CachedPod>>, orphans: Vec<Arc<CachedPod>>
     c
 }
 
-/// Writes this sync's active, ready and terminating counts into the
-/// status; true when they (or suspension) changed, so the status must be
-/// written even if nothing else did.
-pub fn set_counts(ctx: &mut JobCtx) -> bool {
+/// Stage 4: `status` with this sync's active, ready and terminating counts,
+/// and whether they (or suspension) changed, so the status must be written
+/// even if nothing else did.
+pub fn with_counts(
+    status: &JobStatus,
+    counts: Counts,
+    suspend_changed: bool,
+    config: &Config,
+) -> (JobStatus, bool) {
     // Without JobPodReplacementPolicy upstream writes no terminating count.
-    let terminating = ctx.config.pod_replacement_policy.then_some(ctx.terminating);
-    let status = ctx.job.status.get_or_insert_with(JobStatus::default);
-    let changed = ctx.suspend_changed
-        || ctx.active != status.active.unwrap_or(0)
-        || Some(ctx.ready) != status.ready
+    let terminating = config.pod_replacement_policy.then_some(counts.terminating);
+    let changed = suspend_changed
+        || counts.active != status.active.unwrap_or(0)
+        || Some(counts.ready) != status.ready
         || terminating != status.terminating;
+    let mut status = status.clone();
     // Counters as the API stores them: int32 omitempty, so 0 is absent.
-    status.active = (ctx.active != 0).then_some(ctx.active);
-    status.ready = Some(ctx.ready);
+    status.active = (counts.active != 0).then_some(counts.active);
+    status.ready = Some(counts.ready);
     status.terminating = terminating;
-    changed
+    (status, changed)
 }
 
 /// A Job that finished in this sync: its events and its
@@ -139,10 +143,8 @@ pub struct Finished {
     pub reason: String,
 }
 
-/// What finishing means for `ctx.job` (None when it did not finish).
-pub fn finished(ctx: &JobCtx) -> Option<Finished> {
-    let f = ctx.finished.as_ref()?;
-    let job = &ctx.job;
+/// What finishing with `f` means for `job` (as written).
+pub fn finished(job: &Job, f: &JobCondition) -> Finished {
     let reason = f.reason.clone().unwrap_or_default();
     let event = |warning: bool, reason: &str, message: &str| JobEvent {
         warning,
@@ -170,12 +172,12 @@ pub fn finished(ctx: &JobCtx) -> Option<Finished> {
         let message = f.message.clone().unwrap_or_default();
         (vec![event(true, &reason, &message)], "failed")
     };
-    Some(Finished {
+    Finished {
         events,
         mode: mode(job),
         result,
         reason,
-    })
+    }
 }
 
 /// The increments of `job_controller_job_pods_finished_total` and (Indexed

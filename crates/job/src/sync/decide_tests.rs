@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::*;
 use crate::sync::tests::world::{job, pod};
-use crate::sync::{Input, prepare};
+use crate::sync::{Input, Prepared, prepare};
 
 fn arc(p: Pod) -> Arc<CachedPod> {
     Arc::new(p.into())
@@ -100,7 +100,7 @@ fn claim_keeps_releases_and_adopts_by_selector() {
     assert!(c.release.is_empty() && c.adopt.is_empty());
 }
 
-fn ctx_of(j: Job, pods: Vec<Pod>) -> JobCtx {
+fn prepared(j: Job, pods: Vec<Pod>) -> Prepared {
     prepare(Input {
         job: j,
         pods: pods.into_iter().map(|p| Arc::new(p.into())).collect(),
@@ -109,49 +109,54 @@ fn ctx_of(j: Job, pods: Vec<Pod>) -> JobCtx {
         stored_backoff: None,
         now: jiff::Timestamp::constant(crate::sync::tests::world::T0, 0),
         config: Default::default(),
+        pod_group: None,
     })
 }
 
 #[test]
 fn counts_need_a_write_only_when_they_change() {
-    let mut ctx = ctx_of(job(json!({"parallelism": 1})), vec![pod("a", "Running")]);
-    assert!(set_counts(&mut ctx), "first count");
-    assert_eq!(ctx.job.status.as_ref().and_then(|s| s.active), Some(1));
-    assert!(!set_counts(&mut ctx), "same counts");
-    ctx.active = 0;
-    assert!(set_counts(&mut ctx));
-    assert_eq!(
-        ctx.job.status.as_ref().and_then(|s| s.active),
-        None,
-        "0 is omitted"
+    let p = prepared(job(json!({"parallelism": 1})), vec![pod("a", "Running")]);
+    let config = Config::default();
+    let status = p.job.status.clone().unwrap_or_default();
+    let (status, changed) = with_counts(&status, p.counts, false, &config);
+    assert!(changed, "first count");
+    assert_eq!(status.active, Some(1));
+    let (status, changed) = with_counts(&status, p.counts, false, &config);
+    assert!(!changed, "same counts");
+    assert!(
+        with_counts(&status, p.counts, true, &config).1,
+        "suspension changed"
     );
+    let none = Counts {
+        active: 0,
+        ..p.counts
+    };
+    let (status, changed) = with_counts(&status, none, false, &config);
+    assert!(changed);
+    assert_eq!(status.active, None, "0 is omitted");
 }
 
 #[test]
 fn finishing_events_and_labels() {
-    let mut ctx = ctx_of(job(json!({"completions": 1})), vec![]);
-    assert!(finished(&ctx).is_none());
-    ctx.finished = Some(JobCondition {
+    let mut j = prepared(job(json!({"completions": 1})), vec![]).job;
+    let complete = JobCondition {
         type_: "Complete".into(),
         status: "True".into(),
         ..Default::default()
-    });
-    ctx.job
-        .status
-        .get_or_insert_with(Default::default)
-        .succeeded = Some(2);
-    let f = finished(&ctx).expect("finished");
+    };
+    j.status.get_or_insert_with(Default::default).succeeded = Some(2);
+    let f = finished(&j, &complete);
     let reasons: Vec<&str> = f.events.iter().map(|e| e.reason.as_str()).collect();
     assert_eq!(reasons, ["TooManySucceededPods", "Completed"]);
     assert_eq!((f.mode, f.result), ("NonIndexed", "succeeded"));
-    ctx.finished = Some(JobCondition {
+    let failed = JobCondition {
         type_: "Failed".into(),
         status: "True".into(),
         reason: Some("BackoffLimitExceeded".into()),
         message: Some("Job has reached the specified backoff limit".into()),
         ..Default::default()
-    });
-    let f = finished(&ctx).expect("failed");
+    };
+    let f = finished(&j, &failed);
     assert_eq!(f.events.len(), 1);
     assert!(f.events[0].warning);
     assert_eq!(

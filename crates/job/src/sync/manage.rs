@@ -1,19 +1,20 @@
 //! Stages 2 and 3: what to do to pods (upstream `manageJob`, the deletion of
-//! active pods when the Job is finishing) and folding in the outcome.
+//! active pods when the Job is finishing), and what the pod calls achieved
+//! comes to (the counts, completion, the suspend bookkeeping).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
 use k8s_openapi::api::core::v1::{Pod, PodSchedulingGroup};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kcm_conditions::job::{ensure_job_condition_status, new_job_condition};
 use kcm_pod::CachedPod;
 
 use super::prepare::{REASON_COMPLETIONS_REACHED, suspended};
 use super::{
-    ACTION_PODS_CREATED, ACTION_PODS_DELETED, ACTION_TRACKING, JobCtx, JobEvent,
-    MAX_POD_CREATE_DELETE_PER_SYNC,
+    ACTION_PODS_CREATED, ACTION_PODS_DELETED, ACTION_RECONCILING, ACTION_TRACKING, Counts,
+    JobEvent, MAX_POD_CREATE_DELETE_PER_SYNC, Prepared, Requeue,
 };
 use crate::active_pods::active_pods_order;
 use crate::backoff::{remaining_time, remaining_time_per_index};
@@ -22,7 +23,7 @@ use crate::indexes::{
 };
 use crate::pods::{
     JOB_COMPLETION_INDEX, JOB_INDEX_FAILURE_COUNT, JOB_INDEX_IGNORED_FAILURE_COUNT,
-    JOB_TRACKING_FINALIZER, is_ready, only_replace_failed_pods,
+    JOB_TRACKING_FINALIZER, controller_ref, is_ready, only_replace_failed_pods,
 };
 
 /// What a sync does to pods; at most one kind per sync.
@@ -53,22 +54,10 @@ pub struct Outcome {
     pub not_created: i32,
 }
 
-/// The controller ownerRef a Job puts on its pods.
-pub fn controller_ref(job: &Job) -> OwnerReference {
-    OwnerReference {
-        api_version: "batch/v1".into(),
-        kind: "Job".into(),
-        name: job.metadata.name.clone().unwrap_or_default(),
-        uid: job.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
-}
-
 /// The pods `manageJob` would create, fully formed (generateName, labels,
 /// annotations, finalizer, ownerReference, spec).
-fn pods_to_create(ctx: &JobCtx, indexes: &[Option<i32>]) -> Vec<Pod> {
-    let job = &ctx.job;
+fn pods_to_create(p: &Prepared, indexes: &[Option<i32>]) -> Vec<Pod> {
+    let job = &p.job;
     let name = job.metadata.name.clone().unwrap_or_default();
     let template = job
         .spec
@@ -83,7 +72,7 @@ fn pods_to_create(ctx: &JobCtx, indexes: &[Option<i32>]) -> Vec<Pod> {
     }
     // Upstream also puts a PodGroup ownerReference on the template, which
     // building the pod from it drops: only the group name reaches the pod.
-    if let Some(pg) = &ctx.pod_group {
+    if let Some(pg) = &p.pod_group {
         spec.scheduling_group = Some(PodSchedulingGroup {
             pod_group_name: Some(pg.clone()),
         });
@@ -119,9 +108,8 @@ fn pods_to_create(ctx: &JobCtx, indexes: &[Option<i32>]) -> Vec<Pod> {
                 s.hostname = Some(format!("{name}-{i}"));
                 m.generate_name = Some(pod_generate_name_with_index(&name, *i));
                 if per_index {
-                    let held = ctx.held.get(i).map(Arc::as_ref);
-                    let counts =
-                        held.is_none_or(|p| super::prepare::counts_as_failure(job, ctx.config, p));
+                    let held = p.indexes.held.get(i).map(Arc::as_ref);
+                    let counts = held.is_none_or(|h| p.verdicts.counts(h));
                     let (failed, ignored) = indexes::new_index_failure_counts(job, held, counts);
                     let ann = m.annotations.get_or_insert_with(Default::default);
                     ann.insert(JOB_INDEX_FAILURE_COUNT.into(), failed.to_string());
@@ -141,18 +129,17 @@ fn pods_to_create(ctx: &JobCtx, indexes: &[Option<i32>]) -> Vec<Pod> {
 
 /// Active pods to remove: Indexed duplicates and out-of-range first, then
 /// the "delete first" end of the ActivePods order, at least `rm_at_least`.
-fn active_pods_for_removal(ctx: &JobCtx, rm_at_least: usize) -> Vec<Arc<CachedPod>> {
+fn active_pods_for_removal(p: &Prepared, rm_at_least: usize) -> Vec<Arc<CachedPod>> {
     let order = |a: &CachedPod, b: &CachedPod| active_pods_order(a, b);
     let (mut rm, mut left): (Vec<Arc<CachedPod>>, Vec<Arc<CachedPod>>) =
-        if crate::pods::is_indexed(&ctx.job) {
-            let (r, l) =
-                indexes::duplicated_index_pods_for_removal(&ctx.job, &ctx.active_pods, &order);
+        if crate::pods::is_indexed(&p.job) {
+            let (r, l) = indexes::duplicated_index_pods_for_removal(&p.job, &p.active_pods, &order);
             (
                 r.into_iter().cloned().collect(),
                 l.into_iter().cloned().collect(),
             )
         } else {
-            (Vec::new(), ctx.active_pods.clone())
+            (Vec::new(), p.active_pods.clone())
         };
     if rm.len() < rm_at_least {
         left.sort_by(|a, b| active_pods_order(a, b));
@@ -162,69 +149,92 @@ fn active_pods_for_removal(ctx: &JobCtx, rm_at_least: usize) -> Vec<Arc<CachedPo
     rm
 }
 
-/// Stage 2: the pod work of this sync. Sets `manage_called` and `action`.
-pub fn pod_work(ctx: &mut JobCtx) -> PodWork {
-    if ctx.finished.is_some() {
-        return PodWork::DeleteActive(ctx.active_pods.clone());
+/// Stage 2's decision: the pod work, the sync's `action` metric label, and
+/// whether `manageJob` ran (its suspend bookkeeping follows in stage 3).
+#[derive(Debug, Clone)]
+pub struct Managed {
+    pub work: PodWork,
+    pub action: &'static str,
+    pub manage_called: bool,
+}
+
+/// Stage 2: the pod work of this sync.
+pub fn pod_work(p: &Prepared) -> Managed {
+    let done = |work: PodWork, action: &'static str, manage_called: bool| Managed {
+        work,
+        action,
+        manage_called,
+    };
+    if p.finished.is_some() {
+        return done(
+            PodWork::DeleteActive(p.active_pods.clone()),
+            ACTION_RECONCILING,
+            false,
+        );
     }
-    if !ctx.satisfied || ctx.job.metadata.deletion_timestamp.is_some() {
-        return PodWork::Nothing;
+    if !p.satisfied || p.job.metadata.deletion_timestamp.is_some() {
+        return done(PodWork::Nothing, ACTION_RECONCILING, false);
     }
-    ctx.manage_called = true;
-    let spec = ctx.job.spec.clone().unwrap_or_default();
-    let active = ctx.active;
-    if suspended(&ctx.job) {
-        ctx.action = ACTION_PODS_DELETED;
+    let (work, action) = manage(p);
+    done(work, action, true)
+}
+
+/// Upstream `manageJob`: the pod work and its `action` label.
+fn manage(p: &Prepared) -> (PodWork, &'static str) {
+    let spec = p.job.spec.clone().unwrap_or_default();
+    let active = p.counts.active;
+    if suspended(&p.job) {
         let n = usize::try_from(active).unwrap_or(0);
-        return PodWork::Remove(active_pods_for_removal(ctx, n));
+        return (
+            PodWork::Remove(active_pods_for_removal(p, n)),
+            ACTION_PODS_DELETED,
+        );
     }
     let parallelism = spec.parallelism.unwrap_or(1);
     let want_active = match spec.completions {
-        None if ctx.succeeded > 0 => active,
+        None if p.succeeded > 0 => active,
         None => parallelism,
-        Some(c) => c.saturating_sub(ctx.succeeded).clamp(0, parallelism.max(0)),
+        Some(c) => c.saturating_sub(p.succeeded).clamp(0, parallelism.max(0)),
     };
     let rm_at_least = usize::try_from((active - want_active).max(0)).unwrap_or(0);
-    let mut to_delete = active_pods_for_removal(ctx, rm_at_least);
+    let mut to_delete = active_pods_for_removal(p, rm_at_least);
     to_delete.truncate(MAX_POD_CREATE_DELETE_PER_SYNC);
     if !to_delete.is_empty() {
-        ctx.action = ACTION_PODS_DELETED;
-        return PodWork::Remove(to_delete);
+        return (PodWork::Remove(to_delete), ACTION_PODS_DELETED);
     }
-    let terminating = if only_replace_failed_pods(&ctx.job) {
-        ctx.terminating
+    let terminating = if only_replace_failed_pods(&p.job) {
+        p.counts.terminating
     } else {
         0
     };
     let diff = want_active - terminating - active;
     if diff <= 0 {
-        ctx.action = ACTION_TRACKING;
-        return PodWork::Nothing;
+        return (PodWork::Nothing, ACTION_TRACKING);
     }
-    ctx.action = ACTION_PODS_CREATED;
     let per_index = spec.backoff_limit_per_index.is_some();
     if !per_index {
-        let wait = remaining_time(&ctx.new_backoff, ctx.now);
+        let wait = remaining_time(&p.new_backoff, p.now);
         if !wait.is_zero() {
-            return PodWork::Backoff(wait);
+            return (PodWork::Backoff(wait), ACTION_PODS_CREATED);
         }
     }
     let diff = usize::try_from(diff)
         .unwrap_or(0)
         .min(MAX_POD_CREATE_DELETE_PER_SYNC);
-    let indexes: Vec<Option<i32>> = if crate::pods::is_indexed(&ctx.job) {
+    let indexes: Vec<Option<i32>> = if crate::pods::is_indexed(&p.job) {
         let mut pending = indexes::first_pending_indexes(
-            &ctx.job,
-            &ctx.pods,
-            &ctx.succeeded_indexes,
-            ctx.failed_indexes.as_ref(),
+            &p.job,
+            &p.pods,
+            &p.indexes.succeeded,
+            p.indexes.failed.as_ref(),
             diff,
         );
         if per_index {
             let mut now_ok = Vec::new();
             let mut min_wait: Option<Duration> = None;
             for i in pending {
-                let wait = remaining_time_per_index(ctx.held.get(&i).map(Arc::as_ref), ctx.now);
+                let held = p.indexes.held.get(&i).map(Arc::as_ref);
+                let wait = remaining_time_per_index(held, p.now);
                 if wait.is_zero() {
                     now_ok.push(i);
                 } else {
@@ -234,7 +244,7 @@ pub fn pod_work(ctx: &mut JobCtx) -> PodWork {
             if now_ok.is_empty()
                 && let Some(wait) = min_wait
             {
-                return PodWork::Backoff(wait);
+                return (PodWork::Backoff(wait), ACTION_PODS_CREATED);
             }
             pending = now_ok;
         }
@@ -243,48 +253,73 @@ pub fn pod_work(ctx: &mut JobCtx) -> PodWork {
         vec![None; diff]
     };
     if indexes.is_empty() {
-        return PodWork::Nothing;
+        return (PodWork::Nothing, ACTION_PODS_CREATED);
     }
-    PodWork::Create(pods_to_create(ctx, &indexes))
+    (
+        PodWork::Create(pods_to_create(p, &indexes)),
+        ACTION_PODS_CREATED,
+    )
 }
 
-/// Stage 3: fold in what the pod work achieved, then the completion check
-/// and (when manageJob ran) the suspend bookkeeping.
-pub fn apply_outcome(ctx: &mut JobCtx, work: &PodWork, outcome: Outcome) {
-    match work {
-        PodWork::DeleteActive(pods) => {
-            if outcome.deleted != ctx.active || !ctx.satisfied {
-                // Not finished yet: pods or finalizers may still be out there.
-                ctx.finished = None;
-            }
-            let _ = pods;
-            ctx.active -= outcome.deleted;
-            ctx.terminating += outcome.deleted;
-            ctx.ready -= outcome.deleted_ready;
-        }
-        PodWork::Remove(_) => {
-            ctx.active -= outcome.deleted;
-            ctx.terminating += outcome.deleted;
-            ctx.ready -= outcome.deleted_ready;
+/// Stage 3's decision.
+#[derive(Debug, Clone)]
+pub struct AfterPods {
+    /// The counts once the pod work is accounted for.
+    pub counts: Counts,
+    /// The condition the sync goes on to write: stage 1's, none when a
+    /// finishing Job's pods are not all gone yet, or `Complete` (or
+    /// `SuccessCriteriaMet`) when the completions are reached.
+    pub finished: Option<JobCondition>,
+    /// The status with `manageJob`'s Suspended condition and start time.
+    pub status: JobStatus,
+    /// The Suspended condition changed (the counts must be written).
+    pub suspend_changed: bool,
+    pub events: Vec<JobEvent>,
+    pub requeue: Requeue,
+}
+
+/// Stage 3: what the pod work achieved (`outcome`) comes to, then the
+/// completion check and (when manageJob ran) the suspend bookkeeping on
+/// `status`.
+pub fn after_pods(p: &Prepared, m: &Managed, outcome: Outcome, status: &JobStatus) -> AfterPods {
+    let mut counts = p.counts;
+    let mut out = AfterPods {
+        counts,
+        finished: p.finished.clone(),
+        status: status.clone(),
+        suspend_changed: false,
+        events: Vec::new(),
+        requeue: Requeue::NONE,
+    };
+    match &m.work {
+        PodWork::DeleteActive(_) | PodWork::Remove(_) => {
+            counts.active -= outcome.deleted;
+            counts.terminating += outcome.deleted;
+            counts.ready -= outcome.deleted_ready;
         }
         PodWork::Create(pods) => {
             let n = i32::try_from(pods.len()).unwrap_or(i32::MAX);
-            ctx.active = ctx.active + n - outcome.not_created;
+            counts.active = counts.active + n - outcome.not_created;
         }
-        PodWork::Backoff(wait) => ctx.requeue((*wait).max(Duration::from_secs(1))),
+        PodWork::Backoff(wait) => out.requeue = Requeue::after((*wait).max(Duration::from_secs(1))),
         PodWork::Nothing => {}
     }
-    if matches!(work, PodWork::DeleteActive(_)) {
-        return;
+    out.counts = counts;
+    if matches!(m.work, PodWork::DeleteActive(_)) {
+        if outcome.deleted != p.counts.active || !p.satisfied {
+            // Not finished yet: pods or finalizers may still be out there.
+            out.finished = None;
+        }
+        return out;
     }
-    let complete = match ctx.completions() {
-        None => ctx.succeeded > 0 && ctx.active == 0,
-        Some(c) => ctx.succeeded >= c && ctx.active == 0,
+    let complete = match p.completions() {
+        None => p.succeeded > 0 && counts.active == 0,
+        Some(c) => p.succeeded >= c && counts.active == 0,
     };
     if complete {
         // Upstream's newSuccessCondition gives no reason or message
         // without JobSuccessPolicy.
-        let (reason, message) = if ctx.config.success_policy {
+        let (reason, message) = if p.config.success_policy {
             (
                 REASON_COMPLETIONS_REACHED,
                 "Reached expected number of succeeded pods",
@@ -294,22 +329,32 @@ pub fn apply_outcome(ctx: &mut JobCtx, work: &PodWork, outcome: Outcome) {
         };
         // Upstream newSuccessCondition: `Complete` at once when terminal
         // conditions are not delayed.
-        let type_ = if ctx.config.delay_terminal() {
+        let type_ = if p.config.delay_terminal() {
             "SuccessCriteriaMet"
         } else {
             "Complete"
         };
-        ctx.finished = Some(new_job_condition(type_, "True", reason, message, ctx.now));
-        return;
+        out.finished = Some(new_job_condition(type_, "True", reason, message, p.now));
+        return out;
     }
-    if !ctx.manage_called {
-        return;
+    if m.manage_called {
+        suspend_bookkeeping(p, &mut out);
     }
-    let now = ctx.now;
-    let is_suspended = suspended(&ctx.job);
-    let status = ctx.job.status.get_or_insert_with(Default::default);
+    out
+}
+
+/// `manageJob`'s Suspended condition, its event and the start time it
+/// clears (1.35+) or restarts.
+fn suspend_bookkeeping(p: &Prepared, out: &mut AfterPods) {
+    let now = p.now;
+    let status = &mut out.status;
     let conditions = status.conditions.get_or_insert_with(Vec::new);
-    if is_suspended {
+    let event = |reason: &str, message: &str| JobEvent {
+        warning: false,
+        reason: reason.into(),
+        message: message.into(),
+    };
+    if suspended(&p.job) {
         if ensure_job_condition_status(
             conditions,
             "Suspended",
@@ -318,15 +363,11 @@ pub fn apply_outcome(ctx: &mut JobCtx, work: &PodWork, outcome: Outcome) {
             "Job suspended",
             now,
         ) {
-            ctx.suspend_changed = true;
-            ctx.events.push(JobEvent {
-                warning: false,
-                reason: "Suspended".into(),
-                message: "Job suspended".into(),
-            });
+            out.suspend_changed = true;
+            out.events.push(event("Suspended", "Job suspended"));
             // 1.35+: so the API server lets scheduling directives change
             // while the Job is suspended.
-            if ctx.config.clear_start_time_on_suspend {
+            if p.config.clear_start_time_on_suspend {
                 status.start_time = None;
             }
         }
@@ -338,12 +379,8 @@ pub fn apply_outcome(ctx: &mut JobCtx, work: &PodWork, outcome: Outcome) {
         "Job resumed",
         now,
     ) {
-        ctx.suspend_changed = true;
-        ctx.events.push(JobEvent {
-            warning: false,
-            reason: "Resumed".into(),
-            message: "Job resumed".into(),
-        });
+        out.suspend_changed = true;
+        out.events.push(event("Resumed", "Job resumed"));
         // ActiveDeadlineSeconds counts continuous activity: restart it.
         status.start_time = Some(Time(now));
     }

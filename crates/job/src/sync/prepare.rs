@@ -5,17 +5,14 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::{JobCondition, UncountedTerminatedPods};
+use k8s_openapi::api::batch::v1::{Job, JobCondition, UncountedTerminatedPods};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kcm_conditions::job::new_job_condition;
 use kcm_pod::CachedPod;
 
-use super::{ACTION_RECONCILING, Config, Input, JobCtx, uid};
+use super::{Config, Counts, Indexes, Input, Prepared, Requeue, Uncounted, Verdicts, uid};
 use crate::backoff::{finished_time, new_backoff_record, past_backoff_limit_on_failure};
-use crate::indexes::{self, OrderedIntervals};
-use crate::pod_failure_policy::{
-    Action, effective_policy, get_fail_job_message, match_pod_failure_policy,
-};
+use crate::indexes;
 use crate::pods::{
     has_tracking_finalizer, is_active, is_indexed, is_pod_failed, is_ready, is_terminating, phase,
     valid_index,
@@ -30,33 +27,8 @@ pub const REASON_FAILED_INDEXES: &str = "FailedIndexes";
 pub const REASON_COMPLETIONS_REACHED: &str = "CompletionsReached";
 
 /// `spec.suspend` is true.
-pub fn suspended(job: &k8s_openapi::api::batch::v1::Job) -> bool {
+pub fn suspended(job: &Job) -> bool {
     job.spec.as_ref().and_then(|s| s.suspend) == Some(true)
-}
-
-/// Does the failure of `p` count (not ignored by the pod failure policy)?
-pub fn counts_as_failure(
-    ctx_job: &k8s_openapi::api::batch::v1::Job,
-    config: Config,
-    p: &CachedPod,
-) -> bool {
-    match effective_policy(ctx_job, config.pod_failure_policy) {
-        Some(policy) => match_pod_failure_policy(Some(policy), p).counts_towards_backoff,
-        None => true,
-    }
-}
-
-/// (counts_towards_backoff, fail_index) for the index helpers.
-pub(crate) fn verdict(
-    job: &k8s_openapi::api::batch::v1::Job,
-    config: Config,
-    p: &CachedPod,
-) -> (bool, bool) {
-    let m = match_pod_failure_policy(effective_policy(job, config.pod_failure_policy), p);
-    (
-        m.counts_towards_backoff,
-        m.action == Some(Action::FailIndex),
-    )
 }
 
 fn failure(type_: &str, reason: &str, message: &str, now: jiff::Timestamp) -> JobCondition {
@@ -64,7 +36,7 @@ fn failure(type_: &str, reason: &str, message: &str, now: jiff::Timestamp) -> Jo
 }
 
 /// Stage 1: everything `syncJob` computes before it acts on pods.
-pub fn prepare(input: Input) -> JobCtx {
+pub fn prepare(input: Input) -> Prepared {
     let Input {
         job,
         pods,
@@ -73,25 +45,26 @@ pub fn prepare(input: Input) -> JobCtx {
         stored_backoff,
         now,
         config,
+        pod_group,
     } = input;
     let mut job = config.view(job);
+    let verdicts = Verdicts::new(&job);
     let status = job.status.get_or_insert_with(Default::default);
-    let uncounted = status
+    let stored = status
         .uncounted_terminated_pods
         .get_or_insert_with(UncountedTerminatedPods::default)
         .clone();
-    let uncounted_succeeded: HashSet<String> = uncounted
-        .succeeded
-        .unwrap_or_default()
-        .into_iter()
-        .collect();
-    let uncounted_failed: HashSet<String> =
-        uncounted.failed.unwrap_or_default().into_iter().collect();
+    let uncounted = Uncounted {
+        succeeded: stored.succeeded.unwrap_or_default().into_iter().collect(),
+        failed: stored.failed.unwrap_or_default().into_iter().collect(),
+    };
     let active_pods: Vec<Arc<CachedPod>> = pods.iter().filter(|p| is_active(p)).cloned().collect();
-    let ready =
-        i32::try_from(active_pods.iter().filter(|p| is_ready(p)).count()).unwrap_or(i32::MAX);
-    let terminating =
-        i32::try_from(pods.iter().filter(|p| is_terminating(p)).count()).unwrap_or(i32::MAX);
+    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    let counts = Counts {
+        active: count(active_pods.len()),
+        ready: count(active_pods.iter().filter(|p| is_ready(p)).count()),
+        terminating: count(pods.iter().filter(|p| is_terminating(p)).count()),
+    };
 
     // New finished pods: tracked, not yet uncounted, not awaiting finalizer
     // removal, and (Indexed) with a valid index.
@@ -112,32 +85,28 @@ pub fn prepare(input: Input) -> JobCtx {
         .map(Arc::as_ref)
         .filter(|p| {
             valid(p)
-                && !uncounted_succeeded.contains(uid(p))
-                && !uncounted_failed.contains(uid(p))
+                && !uncounted.succeeded.contains(uid(p))
+                && !uncounted.failed.contains(uid(p))
                 && phase(p) == "Succeeded"
         })
         .collect();
     let new_failed: Vec<&CachedPod> = pods
         .iter()
         .map(Arc::as_ref)
-        .filter(|p| valid(p) && !uncounted_failed.contains(uid(p)) && is_pod_failed(p, &job))
+        .filter(|p| valid(p) && !uncounted.failed.contains(uid(p)) && is_pod_failed(p, &job))
         .collect();
     let status = job.status.clone().unwrap_or_default();
-    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
     let succeeded = status
         .succeeded
         .unwrap_or(0)
         .saturating_add(count(new_succeeded.len()))
-        .saturating_add(count(uncounted_succeeded.len()));
-    let counted_new_failed = new_failed
-        .iter()
-        .filter(|p| counts_as_failure(&job, config, p))
-        .count();
+        .saturating_add(count(uncounted.succeeded.len()));
+    let counted_new_failed = new_failed.iter().filter(|p| verdicts.counts(p)).count();
     let failed = status
         .failed
         .unwrap_or(0)
         .saturating_add(count(counted_new_failed))
-        .saturating_add(count(uncounted_failed.len()));
+        .saturating_add(count(uncounted.failed.len()));
     if status.start_time.is_none()
         && !suspended(&job)
         && let Some(s) = job.status.as_mut()
@@ -146,36 +115,35 @@ pub fn prepare(input: Input) -> JobCtx {
     }
     let new_backoff = new_backoff_record(stored_backoff.as_ref(), &new_succeeded, &new_failed);
 
-    let mut ctx = JobCtx {
-        active: count(active_pods.len()),
+    let facts = Facts {
+        job: &job,
+        pods: &pods,
+        verdicts: &verdicts,
+        expected_rm: &expected_rm_finalizers,
+        failed,
+        now,
+        config,
+    };
+    let decision = decide_finished(&facts);
+    Prepared {
+        succeeded: decision.succeeded.unwrap_or(succeeded),
+        finished: decision.finished,
+        indexes: decision.indexes,
+        requeue: decision.requeue,
         job,
         pods,
         active_pods,
-        ready,
-        terminating,
-        uncounted_succeeded,
-        uncounted_failed,
+        counts,
+        uncounted,
         expected_rm: expected_rm_finalizers,
-        succeeded,
         failed,
         new_backoff,
-        finished: None,
-        prev_succeeded_indexes: OrderedIntervals::default(),
-        succeeded_indexes: OrderedIntervals::default(),
-        failed_indexes: None,
-        held: Default::default(),
+        verdicts,
         satisfied,
         now,
         config,
-        requeue_after: None,
-        action: ACTION_RECONCILING,
-        manage_called: false,
-        suspend_changed: false,
-        events: Vec::new(),
-        pod_group: None,
-    };
-    decide_finished(&mut ctx);
-    ctx
+        pod_group,
+    }
 }
 
 /// The first condition of `type_` whose status is `True`.
@@ -194,145 +162,155 @@ pub fn true_condition<'a>(conditions: &'a [JobCondition], type_: &str) -> Option
         .find(|c| c.type_ == type_ && c.status == "True")
 }
 
+/// What the terminal decision reads.
+struct Facts<'a> {
+    job: &'a Job,
+    pods: &'a [Arc<CachedPod>],
+    verdicts: &'a Verdicts,
+    expected_rm: &'a HashSet<String>,
+    failed: i32,
+    now: jiff::Timestamp,
+    config: Config,
+}
+
+/// What the terminal decision found.
+#[derive(Default)]
+struct Decision {
+    finished: Option<JobCondition>,
+    /// Indexed Jobs count succeeded indexes, not pods.
+    succeeded: Option<i32>,
+    indexes: Indexes,
+    requeue: Requeue,
+}
+
 /// The terminal decision in upstream's order (§2.4).
-fn decide_finished(ctx: &mut JobCtx) {
-    let now = ctx.now;
-    let spec = ctx.job.spec.clone().unwrap_or_default();
-    let conditions = ctx
-        .job
+fn decide_finished(f: &Facts<'_>) -> Decision {
+    let (job, now) = (f.job, f.now);
+    let spec = job.spec.clone().unwrap_or_default();
+    let conditions = job
         .status
         .as_ref()
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
     let is_true = |t: &str| true_condition(&conditions, t).cloned();
-    let failure_type = ctx.config.failure_type();
+    let failure_type = f.config.failure_type();
+    let mut d = Decision::default();
     // Upstream hasSuccessCriteriaMetCondition: read only where the
     // condition can be the controller's.
-    if ctx.config.success_policy || ctx.config.delay_terminal() {
-        ctx.finished = is_true("SuccessCriteriaMet");
+    if f.config.success_policy || f.config.delay_terminal() {
+        d.finished = is_true("SuccessCriteriaMet");
     }
-    if ctx.finished.is_none() {
+    let pods: Vec<&CachedPod> = f.pods.iter().map(Arc::as_ref).collect();
+    if d.finished.is_none() {
         if let Some(ft) = is_true("FailureTarget") {
             let (r, m) = (
                 ft.reason.unwrap_or_default(),
                 ft.message.unwrap_or_default(),
             );
-            ctx.finished = Some(failure("Failed", &r, &m, now));
-        } else {
-            let pods: Vec<&CachedPod> = ctx.pods.iter().map(Arc::as_ref).collect();
-            if let Some(msg) = get_fail_job_message(&ctx.job, &pods, ctx.config.pod_failure_policy)
-            {
-                ctx.finished = Some(failure(
-                    "FailureTarget",
-                    REASON_POD_FAILURE_POLICY,
-                    &msg,
-                    now,
-                ));
-            }
+            d.finished = Some(failure("Failed", &r, &m, now));
+        } else if let Some(msg) = f.verdicts.fail_job_message(job, &pods) {
+            d.finished = Some(failure(
+                "FailureTarget",
+                REASON_POD_FAILURE_POLICY,
+                &msg,
+                now,
+            ));
         }
     }
-    if ctx.finished.is_none() {
+    if d.finished.is_none() {
         let backoff_limit = spec.backoff_limit.unwrap_or(6);
-        let pods: Vec<&CachedPod> = ctx.pods.iter().map(Arc::as_ref).collect();
-        if ctx.failed > backoff_limit || past_backoff_limit_on_failure(&ctx.job, &pods) {
-            ctx.finished = Some(failure(
+        if f.failed > backoff_limit || past_backoff_limit_on_failure(job, &pods) {
+            d.finished = Some(failure(
                 failure_type,
                 REASON_BACKOFF_LIMIT_EXCEEDED,
                 "Job has reached the specified backoff limit",
                 now,
             ));
-        } else if past_active_deadline(ctx) {
-            ctx.finished = Some(failure(
+        } else if past_active_deadline(job, now) {
+            d.finished = Some(failure(
                 failure_type,
                 REASON_DEADLINE_EXCEEDED,
                 "Job was active longer than specified deadline",
                 now,
             ));
-        } else if let (Some(ads), false) = (spec.active_deadline_seconds, suspended(&ctx.job)) {
-            let elapsed = elapsed_since_start(ctx);
+        } else if let (Some(ads), false) = (spec.active_deadline_seconds, suspended(job)) {
             let deadline = Duration::from_secs(u64::try_from(ads).unwrap_or(0));
-            ctx.requeue(deadline.saturating_sub(elapsed));
+            d.requeue = Requeue::after(deadline.saturating_sub(elapsed_since_start(job, now)));
         }
     }
-    if is_indexed(&ctx.job) {
-        let (prev, merged) = indexes::succeeded_indexes(&ctx.job, &ctx.pods);
-        ctx.succeeded = merged.total();
-        ctx.prev_succeeded_indexes = prev;
-        ctx.succeeded_indexes = merged;
-        if spec.backoff_limit_per_index.is_some() {
-            let job = ctx.job.clone();
-            let config = ctx.config;
-            let v = move |p: &CachedPod| verdict(&job, config, p);
-            let failed = indexes::failed_indexes(&ctx.job, &ctx.pods, &v);
-            if ctx.finished.is_none() {
-                let completions = spec.completions.unwrap_or(0);
-                if spec.max_failed_indexes.is_some_and(|m| failed.total() > m) {
-                    ctx.finished = Some(failure(
-                        failure_type,
-                        REASON_MAX_FAILED_INDEXES_EXCEEDED,
-                        "Job has exceeded the specified maximal number of failed indexes",
-                        now,
-                    ));
-                } else if failed.total() > 0
-                    && failed.total().saturating_add(ctx.succeeded_indexes.total()) >= completions
-                {
-                    ctx.finished = Some(failure(
-                        failure_type,
-                        REASON_FAILED_INDEXES,
-                        "Job has failed indexes",
-                        now,
-                    ));
-                }
+    if !is_indexed(job) {
+        return d;
+    }
+    let (prev, merged) = indexes::succeeded_indexes(job, f.pods);
+    d.succeeded = Some(merged.total());
+    d.indexes.prev_succeeded = prev;
+    d.indexes.succeeded = merged;
+    if spec.backoff_limit_per_index.is_some() {
+        let v = |p: &CachedPod| f.verdicts.index_verdict(p);
+        let failed = indexes::failed_indexes(job, f.pods, &v);
+        if d.finished.is_none() {
+            let completions = spec.completions.unwrap_or(0);
+            if spec.max_failed_indexes.is_some_and(|m| failed.total() > m) {
+                d.finished = Some(failure(
+                    failure_type,
+                    REASON_MAX_FAILED_INDEXES_EXCEEDED,
+                    "Job has exceeded the specified maximal number of failed indexes",
+                    now,
+                ));
+            } else if failed.total() > 0
+                && failed.total().saturating_add(d.indexes.succeeded.total()) >= completions
+            {
+                d.finished = Some(failure(
+                    failure_type,
+                    REASON_FAILED_INDEXES,
+                    "Job has failed indexes",
+                    now,
+                ));
             }
-            let finish = |p: &CachedPod| Some(finished_time(p));
-            ctx.held = indexes::pods_with_delayed_deletion_per_index(
-                &ctx.job,
-                &ctx.pods,
-                &ctx.succeeded_indexes,
-                &failed,
-                &ctx.expected_rm,
-                &finish,
-            )
-            .into_iter()
-            .map(|(i, p)| (i, Arc::clone(p)))
-            .collect();
-            ctx.failed_indexes = Some(failed);
         }
-        if ctx.finished.is_none()
-            && let Some((reason, message)) = match_success_policy(&ctx.job, &ctx.succeeded_indexes)
-        {
-            ctx.finished = Some(new_job_condition(
-                "SuccessCriteriaMet",
-                "True",
-                &reason,
-                &message,
-                now,
-            ));
-        }
+        let finish = |p: &CachedPod| Some(finished_time(p));
+        d.indexes.held = indexes::pods_with_delayed_deletion_per_index(
+            job,
+            f.pods,
+            &d.indexes.succeeded,
+            &failed,
+            f.expected_rm,
+            &finish,
+        )
+        .into_iter()
+        .map(|(i, p)| (i, Arc::clone(p)))
+        .collect();
+        d.indexes.failed = Some(failed);
     }
+    if d.finished.is_none()
+        && let Some((reason, message)) = match_success_policy(job, &d.indexes.succeeded)
+    {
+        d.finished = Some(new_job_condition(
+            "SuccessCriteriaMet",
+            "True",
+            &reason,
+            &message,
+            now,
+        ));
+    }
+    d
 }
 
-fn elapsed_since_start(ctx: &JobCtx) -> Duration {
-    let Some(start) = ctx.job.status.as_ref().and_then(|s| s.start_time.as_ref()) else {
+fn elapsed_since_start(job: &Job, now: jiff::Timestamp) -> Duration {
+    let Some(start) = job.status.as_ref().and_then(|s| s.start_time.as_ref()) else {
         return Duration::ZERO;
     };
-    let secs = ctx.now.duration_since(start.0).as_secs_f64();
+    let secs = now.duration_since(start.0).as_secs_f64();
     Duration::try_from_secs_f64(secs.max(0.0)).unwrap_or(Duration::ZERO)
 }
 
 /// ADS set, started, not suspended, and at least ADS seconds since start.
-fn past_active_deadline(ctx: &JobCtx) -> bool {
-    let Some(ads) = ctx
-        .job
-        .spec
-        .as_ref()
-        .and_then(|s| s.active_deadline_seconds)
-    else {
+fn past_active_deadline(job: &Job, now: jiff::Timestamp) -> bool {
+    let Some(ads) = job.spec.as_ref().and_then(|s| s.active_deadline_seconds) else {
         return false;
     };
-    if suspended(&ctx.job)
-        || ctx
-            .job
+    if suspended(job)
+        || job
             .status
             .as_ref()
             .and_then(|s| s.start_time.as_ref())
@@ -340,7 +318,7 @@ fn past_active_deadline(ctx: &JobCtx) -> bool {
     {
         return false;
     }
-    elapsed_since_start(ctx) >= Duration::from_secs(u64::try_from(ads).unwrap_or(0))
+    elapsed_since_start(job, now) >= Duration::from_secs(u64::try_from(ads).unwrap_or(0))
 }
 
 /// Bad input through the sync stages, on the in-memory executor of

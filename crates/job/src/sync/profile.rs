@@ -27,7 +27,7 @@
 //! expectations cleared on Job delete (1.37). Gate removals (1.37) change
 //! nothing at the defaults.
 
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{Job, PodFailurePolicy};
 use kcm_features::{Feature, FeatureGates};
 
 use crate::pods::{JOB_CONTROLLER_NAME, managed_by_other};
@@ -145,8 +145,10 @@ impl Config {
     /// The Job as the sync reads it: the fields of gates that are off
     /// cleared, as upstream's checks treat them (`hasBackoffLimitPerIndex`,
     /// `matchSuccessPolicy`, `onlyReplaceFailedPods` and
-    /// `managedByExternalController` all test gate and field together).
-    /// Only the status of this copy is written, so the stored spec stays.
+    /// `managedByExternalController` all test gate and field together), and
+    /// the pod failure policy as [`Config::policy`] reads it. The one place
+    /// the gates shape a Job: the sync runs on this copy, and only its
+    /// status is written, so the stored spec stays.
     pub fn view(&self, mut job: Job) -> Job {
         let Some(spec) = job.spec.as_mut() else {
             return job;
@@ -163,18 +165,33 @@ impl Config {
         if !self.backoff_limit_per_index {
             spec.backoff_limit_per_index = None;
             spec.max_failed_indexes = None;
-            // Upstream's matcher passes over a matching FailIndex rule with
-            // the gate off, as over an action it does not know; an unknown
-            // action keeps every later rule at its index.
-            if let Some(policy) = spec.pod_failure_policy.as_mut() {
-                for rule in &mut policy.rules {
-                    if rule.action == "FailIndex" {
-                        rule.action = GATED_FAIL_INDEX.into();
-                    }
+        }
+        spec.pod_failure_policy = self.shape_policy(spec.pod_failure_policy.take());
+        job
+    }
+
+    /// The pod failure policy of `job` as the controller applies it (what
+    /// [`Config::view`] leaves): for readers of a Job that is not viewed
+    /// (the pod handlers, `kcm-rs explain`).
+    pub fn policy(&self, job: &Job) -> Option<PodFailurePolicy> {
+        self.shape_policy(job.spec.as_ref()?.pod_failure_policy.clone())
+    }
+
+    /// None with `JobPodFailurePolicy` off (upstream then ignored the
+    /// field, also in `onlyReplaceFailedPods`); with
+    /// `JobBackoffLimitPerIndex` off, `FailIndex` rules read as an action
+    /// the matcher does not know: upstream's matcher passes over them, and
+    /// every later rule keeps its index.
+    fn shape_policy(&self, policy: Option<PodFailurePolicy>) -> Option<PodFailurePolicy> {
+        let mut policy = policy.filter(|_| self.pod_failure_policy)?;
+        if !self.backoff_limit_per_index {
+            for rule in &mut policy.rules {
+                if rule.action == "FailIndex" {
+                    rule.action = GATED_FAIL_INDEX.into();
                 }
             }
         }
-        job
+        Some(policy)
     }
 }
 
@@ -242,7 +259,7 @@ mod tests {
         .with(Feature::JobPodReplacementPolicy, false);
         let off = Config::new(&off);
         assert_eq!(off.managed_elsewhere(&job), None);
-        let spec = off.view(job).spec.expect("spec");
+        let spec = off.view(job.clone()).spec.expect("spec");
         assert!(spec.managed_by.is_none() && spec.success_policy.is_none());
         assert!(spec.backoff_limit_per_index.is_none() && spec.max_failed_indexes.is_none());
         assert!(spec.pod_replacement_policy.is_none());
@@ -254,6 +271,17 @@ mod tests {
             .map(|r| r.action)
             .collect();
         assert_eq!(actions, [GATED_FAIL_INDEX, "FailJob"]);
+        assert_eq!(off.policy(&job).map(|p| p.rules.len()), Some(2));
+        let no_policy = Config {
+            pod_failure_policy: false,
+            ..Config::default()
+        };
+        assert!(no_policy.policy(&job).is_none());
+        let viewed = no_policy.view(job).spec.expect("spec");
+        assert!(
+            viewed.pod_failure_policy.is_none(),
+            "one way: view and policy agree"
+        );
     }
 
     #[test]

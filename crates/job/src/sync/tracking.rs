@@ -1,4 +1,4 @@
-//! Stages 4 and 5: finalizer tracking (KEP-2307). Terminated pods are first
+//! Stages 5 and 6: finalizer tracking (KEP-2307). Terminated pods are first
 //! written into `uncountedTerminatedPods`, then lose their finalizer, then
 //! move into the counters; the terminal condition comes only when nothing
 //! is uncounted and nothing is terminating.
@@ -12,15 +12,19 @@ use kcm_conditions::job::{ensure_job_condition_status, new_job_condition};
 use kcm_pod::CachedPod;
 
 use super::manage::PodWork;
-use super::{JobCtx, MAX_UNCOUNTED_PODS, uid};
-use crate::pod_failure_policy::{effective_policy, match_pod_failure_policy};
+use super::{MAX_UNCOUNTED_PODS, Prepared, uid};
 use crate::pods::{
     completion_index, has_tracking_finalizer, is_indexed, is_pod_failed, phase, valid_index,
 };
 
-/// The plan after stage 4.
+/// Stage 5's decision.
 #[derive(Debug, Clone)]
 pub struct Tracking {
+    /// The status with the uncounted UIDs, indexes and interim condition.
+    pub status: JobStatus,
+    /// The condition the sync may still add (interim conditions turned
+    /// into their terminal one).
+    pub finished: Option<JobCondition>,
     /// Write the status (flush #1) before removing finalizers.
     pub flush: bool,
     /// Pods whose tracking finalizer goes, in order.
@@ -67,9 +71,14 @@ pub fn clean_uncounted(status: &mut JobStatus, with_finalizer: &HashSet<String>)
     changed
 }
 
-fn can_remove_finalizer(ctx: &JobCtx, pod: &CachedPod, failed: bool) -> bool {
-    if ctx.job.metadata.deletion_timestamp.is_some()
-        || ctx.finished.is_some()
+fn can_remove_finalizer(
+    p: &Prepared,
+    finished: Option<&JobCondition>,
+    pod: &CachedPod,
+    failed: bool,
+) -> bool {
+    if p.job.metadata.deletion_timestamp.is_some()
+        || finished.is_some()
         || phase(pod) == "Succeeded"
     {
         return true;
@@ -77,14 +86,14 @@ fn can_remove_finalizer(ctx: &JobCtx, pod: &CachedPod, failed: bool) -> bool {
     if !failed {
         return false;
     }
-    let per_index = ctx
+    let per_index = p
         .job
         .spec
         .as_ref()
         .is_some_and(|s| s.backoff_limit_per_index.is_some());
     if per_index
         && let Some(i) = completion_index(pod)
-        && ctx.held.get(&i).is_some_and(|h| uid(h) == uid(pod))
+        && p.indexes.held.get(&i).is_some_and(|h| uid(h) == uid(pod))
     {
         // Kept until the replacement pod exists, which copies its counts.
         return false;
@@ -96,22 +105,28 @@ fn is_success_criteria(c: Option<&JobCondition>) -> bool {
     c.is_some_and(|c| c.type_ == "SuccessCriteriaMet")
 }
 
-/// Stage 4: the first status write and the finalizer removals.
-pub fn plan(ctx: &mut JobCtx, needs_flush: bool) -> Tracking {
+/// Stage 5: the first status write and the finalizer removals, from the
+/// status so far and the condition stage 3 left.
+pub fn plan(
+    p: &Prepared,
+    finished: Option<&JobCondition>,
+    status: &JobStatus,
+    needs_flush: bool,
+) -> Tracking {
     let mut flush = needs_flush;
-    let indexed = is_indexed(&ctx.job);
-    let mut pods = ctx.pods.clone();
+    let indexed = is_indexed(&p.job);
+    let mut pods = p.pods.clone();
     if indexed {
         pods.sort_by_key(|p| completion_index(p).unwrap_or(-1));
     }
     let uids_with_finalizer: HashSet<String> = pods
         .iter()
-        .filter(|p| has_tracking_finalizer(p) && !ctx.expected_rm.contains(uid(p)))
-        .map(|p| uid(p).to_string())
+        .filter(|pod| has_tracking_finalizer(pod) && !p.expected_rm.contains(uid(pod)))
+        .map(|pod| uid(pod).to_string())
         .collect();
-    let old_status = ctx.job.status.clone().unwrap_or_default();
-    let status = ctx.job.status.get_or_insert_with(Default::default);
-    if clean_uncounted(status, &uids_with_finalizer) {
+    let old_status = status.clone();
+    let mut status = status.clone();
+    if clean_uncounted(&mut status, &uids_with_finalizer) {
         flush = true;
     }
     let u = status
@@ -119,53 +134,44 @@ pub fn plan(ctx: &mut JobCtx, needs_flush: bool) -> Tracking {
         .get_or_insert_with(Default::default);
     let mut un_succeeded = u.succeeded.take().unwrap_or_default();
     let mut un_failed = u.failed.take().unwrap_or_default();
-    let policy = effective_policy(&ctx.job, ctx.config.pod_failure_policy).cloned();
     let mut remove = Vec::new();
     let mut new_succeeded_indexes = Vec::new();
     let mut policy_actions = BTreeMap::new();
     let mut reached_max = false;
-    let failing = ctx.finished.is_some() && !is_success_criteria(ctx.finished.as_ref());
+    let failing = finished.is_some() && !is_success_criteria(finished);
     for pod in &pods {
-        if !has_tracking_finalizer(pod) || ctx.expected_rm.contains(uid(pod)) {
+        if !has_tracking_finalizer(pod) || p.expected_rm.contains(uid(pod)) {
             continue;
         }
-        let failed = is_pod_failed(pod, &ctx.job);
-        if !can_remove_finalizer(ctx, pod, failed) {
+        let failed = is_pod_failed(pod, &p.job);
+        if !can_remove_finalizer(p, finished, pod, failed) {
             continue;
         }
         remove.push(Arc::clone(pod));
         let id = uid(pod).to_string();
-        if phase(pod) == "Succeeded" && !ctx.uncounted_failed.contains(&id) {
+        if phase(pod) == "Succeeded" && !p.uncounted.failed.contains(&id) {
             if indexed {
-                if let Some(i) = valid_index(pod, &ctx.job)
-                    && !ctx.prev_succeeded_indexes.has(i)
+                if let Some(i) = valid_index(pod, &p.job)
+                    && !p.indexes.prev_succeeded.has(i)
                 {
                     new_succeeded_indexes.push(i);
                     flush = true;
                 }
-            } else if !ctx.uncounted_succeeded.contains(&id) {
+            } else if !p.uncounted.succeeded.contains(&id) {
                 un_succeeded.push(id);
                 flush = true;
             }
         } else if (failed || failing)
-            && !ctx.uncounted_failed.contains(&id)
-            && (!indexed || valid_index(pod, &ctx.job).is_some())
+            && !p.uncounted.failed.contains(&id)
+            && (!indexed || valid_index(pod, &p.job).is_some())
         {
-            match &policy {
-                Some(p) => {
-                    let m = match_pod_failure_policy(Some(p), pod);
-                    if let Some(a) = m.action {
-                        *policy_actions.entry(a.as_str()).or_insert(0) += 1;
-                    }
-                    if m.counts_towards_backoff {
-                        un_failed.push(id);
-                        flush = true;
-                    }
-                }
-                None => {
-                    un_failed.push(id);
-                    flush = true;
-                }
+            let m = p.verdicts.of(pod);
+            if let Some(a) = m.action {
+                *policy_actions.entry(a.as_str()).or_insert(0) += 1;
+            }
+            if m.counts_towards_backoff {
+                un_failed.push(id);
+                flush = true;
             }
         }
         if new_succeeded_indexes.len() + un_succeeded.len() + un_failed.len() >= MAX_UNCOUNTED_PODS
@@ -174,7 +180,6 @@ pub fn plan(ctx: &mut JobCtx, needs_flush: bool) -> Tracking {
             break;
         }
     }
-    let status = ctx.job.status.get_or_insert_with(Default::default);
     let u = status
         .uncounted_terminated_pods
         .get_or_insert_with(Default::default);
@@ -182,23 +187,24 @@ pub fn plan(ctx: &mut JobCtx, needs_flush: bool) -> Tracking {
     u.failed = (!un_failed.is_empty()).then_some(un_failed);
     if indexed {
         new_succeeded_indexes.sort_unstable();
-        ctx.succeeded_indexes = ctx
-            .succeeded_indexes
+        let succeeded = p
+            .indexes
+            .succeeded
             .with_ordered_indexes(&new_succeeded_indexes);
-        let s = ctx.succeeded_indexes.to_string();
+        let s = succeeded.to_string();
         if status.completed_indexes.as_deref().unwrap_or("") != s {
             flush = true;
         }
-        status.succeeded = Some(ctx.succeeded_indexes.total());
+        status.succeeded = Some(succeeded.total());
         status.completed_indexes = Some(s);
-        let failed = ctx.failed_indexes.as_ref().map(ToString::to_string);
+        let failed = p.indexes.failed.as_ref().map(ToString::to_string);
         if status.failed_indexes != failed {
             status.failed_indexes = failed;
             flush = true;
         }
     }
-    let now = ctx.now;
-    if let Some(f) = ctx.finished.clone() {
+    let mut finished = finished.cloned();
+    if let Some(f) = finished.clone() {
         let conditions = status.conditions.get_or_insert_with(Vec::new);
         let (reason, message) = (
             f.reason.clone().unwrap_or_default(),
@@ -207,18 +213,22 @@ pub fn plan(ctx: &mut JobCtx, needs_flush: bool) -> Tracking {
         if f.type_ == "FailureTarget" {
             conditions.push(f);
             flush = true;
-            ctx.finished = Some(new_job_condition("Failed", "True", &reason, &message, now));
+            finished = Some(new_job_condition(
+                "Failed", "True", &reason, &message, p.now,
+            ));
         } else if f.type_ == "SuccessCriteriaMet" {
             if super::prepare::true_condition(conditions, "SuccessCriteriaMet").is_none() {
                 conditions.push(f);
                 flush = true;
             }
-            ctx.finished = Some(new_job_condition(
-                "Complete", "True", &reason, &message, now,
+            finished = Some(new_job_condition(
+                "Complete", "True", &reason, &message, p.now,
             ));
         }
     }
     Tracking {
+        status,
+        finished,
         flush,
         remove_finalizers: remove,
         uids_with_finalizer,
@@ -230,85 +240,100 @@ pub fn plan(ctx: &mut JobCtx, needs_flush: bool) -> Tracking {
 
 /// Stage 2b, between the pod work's decision and its writes: when a met
 /// success policy is about to delete the Job's remaining pods, the interim
-/// `SuccessCriteriaMet` condition goes into the status first, and the
-/// executor writes it before deleting (returns true). Upstream writes it
-/// after the deletes, with the next flush; when that write fails, the next
-/// sync sees no `SuccessCriteriaMet`, counts the deleted pods as failed
-/// (terminating, not succeeded), checks the backoff limit before the
-/// success policy and can end the Job Failed. Deliberate deviation: one
-/// more status write per Job that ends by its success policy with pods
-/// still running (found by the fault runs of `make chaos`).
-pub fn record_success_before_deletes(ctx: &mut JobCtx, work: &PodWork) -> bool {
+/// `SuccessCriteriaMet` condition goes into the status first: the status
+/// the executor writes before deleting (None: nothing to write first).
+/// Upstream writes it after the deletes, with the next flush; when that
+/// write fails, the next sync sees no `SuccessCriteriaMet`, counts the
+/// deleted pods as failed (terminating, not succeeded), checks the backoff
+/// limit before the success policy and can end the Job Failed. Deliberate
+/// deviation: one more status write per Job that ends by its success policy
+/// with pods still running (found by the fault runs of `make chaos`).
+pub fn success_first(p: &Prepared, work: &PodWork, status: &JobStatus) -> Option<JobStatus> {
     let PodWork::DeleteActive(pods) = work else {
-        return false;
+        return None;
     };
-    let Some(f) = ctx
+    let f = p
         .finished
         .clone()
-        .filter(|f| f.type_ == "SuccessCriteriaMet")
-    else {
-        return false;
-    };
+        .filter(|f| f.type_ == "SuccessCriteriaMet")?;
     if pods.is_empty() {
-        return false;
+        return None;
     }
-    let status = ctx.job.status.get_or_insert_with(Default::default);
+    let mut status = status.clone();
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     if super::prepare::true_condition(conditions, "SuccessCriteriaMet").is_some() {
-        return false;
+        return None;
     }
     conditions.push(f);
-    true
+    Some(status)
 }
 
-/// What stage 5 decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Stage 6's decision.
+#[derive(Debug, Clone)]
 pub struct Finish {
+    /// The status with the freed UIDs counted and, when allowed, the
+    /// terminal condition.
+    pub status: JobStatus,
     /// Write the status now.
     pub flush: bool,
     /// The terminal condition was added by this write.
     pub finished: bool,
 }
 
-/// Stage 5, after the finalizer removals: `removed` are the UIDs whose
-/// finalizer is gone (NotFound included). If some removal failed the caller
-/// writes the status when `flush` says so and retries the sync.
+/// Stage 6, after the finalizer removals: `removed` are the UIDs whose
+/// finalizer is gone (NotFound included), `status` the status so far and
+/// `terminating` the pods still terminating. If some removal failed the
+/// executor writes the status when `flush` says so and retries the sync.
 pub fn finish(
-    ctx: &mut JobCtx,
-    tracking: &mut Tracking,
+    p: &Prepared,
+    tracking: &Tracking,
+    status: &JobStatus,
+    terminating: i32,
     removed: &HashSet<String>,
     removal_failed: bool,
 ) -> Finish {
+    let mut with_finalizer = tracking.uids_with_finalizer.clone();
     for id in removed {
-        tracking.uids_with_finalizer.remove(id);
+        with_finalizer.remove(id);
     }
-    let status = ctx.job.status.get_or_insert_with(Default::default);
-    let mut flush = clean_uncounted(status, &tracking.uids_with_finalizer);
+    let mut status = status.clone();
+    let mut flush = clean_uncounted(&mut status, &with_finalizer);
     if removal_failed {
         return Finish {
+            status,
             flush,
             finished: false,
         };
     }
-    let finished = !tracking.reached_max && enact_finished(ctx);
+    let finished = !tracking.reached_max
+        && tracking
+            .finished
+            .as_ref()
+            .is_some_and(|f| enact_finished(p, f, &mut status, terminating));
     if finished {
         flush = true;
     }
-    Finish { flush, finished }
+    Finish {
+        status,
+        flush,
+        finished,
+    }
 }
 
-/// Adds the terminal condition when nothing is uncounted or terminating.
-fn enact_finished(ctx: &mut JobCtx) -> bool {
-    let Some(f) = ctx.finished.clone() else {
-        return false;
-    };
-    let status = ctx.job.status.get_or_insert_with(Default::default);
+/// Adds the terminal condition `f` when nothing is uncounted or
+/// terminating.
+fn enact_finished(
+    p: &Prepared,
+    f: &JobCondition,
+    status: &mut JobStatus,
+    terminating: i32,
+) -> bool {
     let uncounted = status.uncounted_terminated_pods.as_ref().map_or(0, |u| {
         u.succeeded.as_ref().map_or(0, Vec::len) + u.failed.as_ref().map_or(0, Vec::len)
     });
     // Terminating pods hold the terminal condition back only where it is
     // delayed (upstream enactJobFinished).
-    if uncounted > 0 || (ctx.config.delay_terminal() && ctx.terminating > 0) {
+    if uncounted > 0 || (p.config.delay_terminal() && terminating > 0) {
         return false;
     }
     let conditions = status.conditions.get_or_insert_with(Vec::new);
@@ -316,7 +341,7 @@ fn enact_finished(ctx: &mut JobCtx) -> bool {
         f.reason.clone().unwrap_or_default(),
         f.message.clone().unwrap_or_default(),
     );
-    ensure_job_condition_status(conditions, &f.type_, "True", &reason, &message, ctx.now);
+    ensure_job_condition_status(conditions, &f.type_, "True", &reason, &message, p.now);
     if f.type_ == "Complete" {
         status.completion_time = f.last_transition_time.clone();
     }
@@ -328,10 +353,9 @@ fn enact_finished(ctx: &mut JobCtx) -> bool {
     // `completionTime >= startTime`. Deliberate deviation (docs/bad-input.md).
     // The one case the API server accepts, a suspended Job with zero
     // completions, keeps upstream's status (no startTime).
-    let zero_while_suspended = super::prepare::suspended(&ctx.job) && ctx.completions() == Some(0);
-    let status = ctx.job.status.get_or_insert_with(Default::default);
+    let zero_while_suspended = super::prepare::suspended(&p.job) && p.completions() == Some(0);
     if status.start_time.is_none() && !zero_while_suspended {
-        status.start_time = Some(Time(ctx.now));
+        status.start_time = Some(Time(p.now));
     }
     true
 }

@@ -23,10 +23,13 @@ use k8s_openapi::api::scheduling::v1beta1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::{Value, json};
 
-use crate::sync::manage::controller_ref;
+use crate::pods::controller_ref;
 
+pub mod rules;
 pub mod v136;
 pub mod v1alpha2;
+
+pub use rules::{EnsureError, Lookup, Rules, Source};
 
 /// The scheduling API (and with it the rules) of the minor's Job
 /// controller.
@@ -439,6 +442,143 @@ pub fn index_key(meta: &ObjectMeta, name: &str) -> String {
 pub fn pod_group_workload_key(pg: &PodGroup) -> Option<String> {
     let r = pg.spec.workload_ref.as_ref()?;
     (!r.workload_name.is_empty()).then(|| index_key(&pg.metadata, &r.workload_name))
+}
+
+/// 1.37's rules (`scheduling.k8s.io/v1beta1`): root and delegated Jobs,
+/// lookups among the objects the Job controls, the gang size kept in step.
+pub struct V137;
+
+impl Rules for V137 {
+    type Workload = Workload;
+    type PodGroup = PodGroup;
+    const ATTEMPTS: usize = 1;
+    const FULL_EVENTS: bool = true;
+    const DELEGATION: bool = true;
+
+    fn source(job: &Job, gate: bool) -> Option<Source> {
+        match mode(job, gate) {
+            Mode::None => None,
+            Mode::Both => Some(Source::Root),
+            Mode::PodGroupOnly => Some(Source::Delegated(
+                delegated_template(job).unwrap_or("").to_string(),
+            )),
+        }
+    }
+
+    fn workload_job_key(w: &Workload) -> Option<String> {
+        workload_job_key(w)
+    }
+
+    fn pod_group_workload_key(pg: &PodGroup) -> Option<String> {
+        pod_group_workload_key(pg)
+    }
+
+    fn workload(
+        job: &Job,
+        found: &[Workload],
+        new_job: bool,
+    ) -> Result<Lookup<Workload>, EnsureError> {
+        let ns = job.metadata.namespace.as_deref().unwrap_or("");
+        let name = job.metadata.name.as_deref().unwrap_or("");
+        let uid = job.metadata.uid.as_deref().unwrap_or("");
+        Ok(match pick_owned(found, |w| &w.metadata, uid) {
+            Pick::None if !new_job => Lookup::quietly("no Workload for a Job that already started"),
+            Pick::None => Lookup::Create(desired_workload(job)),
+            Pick::One(w) => {
+                let n = templates(&w).len();
+                if n != 1 {
+                    return Err(EnsureError::Templates {
+                        ns: ns.into(),
+                        workload: rules::name_of(&w.metadata).into(),
+                        job: name.into(),
+                        templates: n,
+                    });
+                }
+                Lookup::Use(w)
+            }
+            Pick::Many(n) => Lookup::loudly(format!(
+                "found {n} Workloads referencing Job {ns}/{name}, falling back to default scheduling"
+            )),
+        })
+    }
+
+    fn parent(job: &Job, template_name: &str, in_namespace: &[Workload]) -> Lookup<Workload> {
+        let Some(parent) = parent_workload(job, in_namespace) else {
+            return Lookup::quietly("parent-owned Workload not found yet for delegated Job");
+        };
+        if template(parent, template_name).is_none() {
+            return Lookup::quietly(format!(
+                "delegated PodGroupTemplate {template_name:?} not found in the parent Workload"
+            ));
+        }
+        Lookup::Use(parent.clone())
+    }
+
+    fn pod_group(
+        job: &Job,
+        source: &Source,
+        workload: &Workload,
+        found: &[PodGroup],
+        new_job: bool,
+    ) -> Result<Lookup<PodGroup>, EnsureError> {
+        let uid = job.metadata.uid.as_deref().unwrap_or("");
+        let create = |template: &str, link: bool| {
+            new_pod_group(job, workload, template, link)
+                .map(Lookup::Create)
+                .ok_or_else(|| EnsureError::NoTemplate {
+                    template: template.into(),
+                    workload: rules::name_of(&workload.metadata).into(),
+                })
+        };
+        match source {
+            Source::Root => Ok(match pick_owned(found, |p| &p.metadata, uid) {
+                Pick::None if !new_job => {
+                    Lookup::quietly("no PodGroup for a Job that already started")
+                }
+                Pick::None => return create("", true),
+                Pick::One(p) => Lookup::Use(p),
+                Pick::Many(n) => Lookup::loudly(format!(
+                    "found {n} PodGroups referencing Workload {}/{}, falling back to default scheduling",
+                    workload.metadata.namespace.as_deref().unwrap_or(""),
+                    rules::name_of(&workload.metadata)
+                )),
+            }),
+            Source::Delegated(template) => {
+                match found.iter().find(|p| controlled_by(&p.metadata, uid)) {
+                    Some(p) => Ok(Lookup::Use(p.clone())),
+                    None if new_job => create(template, false),
+                    None => Ok(Lookup::quietly(
+                        "no PodGroup for a delegated Job that already started",
+                    )),
+                }
+            }
+        }
+    }
+
+    fn resize(
+        job: &Job,
+        source: &Source,
+        workload: &Workload,
+        pod_group: Option<&PodGroup>,
+    ) -> (Option<Value>, Option<Value>) {
+        // Root: elastic gangs follow the Job's minCount, whatever the pods
+        // are doing; delegated: the parent's template decides.
+        let (workload_patch, min) = match source {
+            Source::Root => match desired_min_count(job) {
+                Some(min) => (workload_min_count_patch(workload, min), min),
+                None => return (None, None),
+            },
+            Source::Delegated(t) => {
+                let gang = template(workload, t).and_then(|t| t.scheduling_policy.gang.as_ref());
+                match gang {
+                    Some(g) => (None, g.min_count),
+                    None => return (None, None),
+                }
+            }
+        };
+        let pod_group_patch = pod_group.and_then(|p| pod_group_min_count_patch(p, min));
+        (workload_patch, pod_group_patch)
+    }
 }
 
 #[cfg(test)]

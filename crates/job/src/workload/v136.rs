@@ -17,14 +17,15 @@
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use serde_json::json;
+use serde_json::{Value, json};
 
+use super::rules::{self, EnsureError, Lookup, Rules, Source};
 use super::v1alpha2::{
     API_VERSION, PodGroup, PodGroupSpec, PodGroupTemplate, PodGroupTemplateReference,
     TypedLocalObjectReference, Workload, WorkloadPodGroupTemplateReference, WorkloadSpec,
 };
 use super::{controlled_by, pod_group_name, template_name, workload_name};
-use crate::sync::manage::controller_ref;
+use crate::pods::controller_ref;
 
 /// Whether the Job gets a Workload and PodGroup (upstream
 /// `shouldManageWorkloadForJob`).
@@ -147,6 +148,103 @@ pub fn workload_job_key(w: &Workload) -> Option<String> {
 pub fn pod_group_workload_key(pg: &PodGroup) -> Option<String> {
     let r = pg.spec.pod_group_template_ref.as_ref()?.workload.as_ref()?;
     (!r.workload_name.is_empty()).then(|| super::index_key(&pg.metadata, &r.workload_name))
+}
+
+/// 1.36's rules (`scheduling.k8s.io/v1alpha2`): gang candidates only, every
+/// match counts, never resized; AlreadyExists retried as upstream.
+pub struct V136;
+
+impl Rules for V136 {
+    type Workload = Workload;
+    type PodGroup = PodGroup;
+    const ATTEMPTS: usize = 5;
+    const FULL_EVENTS: bool = false;
+    const DELEGATION: bool = false;
+
+    fn source(job: &Job, gate: bool) -> Option<Source> {
+        eligible(job, gate).then_some(Source::Root)
+    }
+
+    fn workload_job_key(w: &Workload) -> Option<String> {
+        workload_job_key(w)
+    }
+
+    fn pod_group_workload_key(pg: &PodGroup) -> Option<String> {
+        pod_group_workload_key(pg)
+    }
+
+    /// Upstream `getOrCreateWorkload`.
+    fn workload(
+        job: &Job,
+        found: &[Workload],
+        new_job: bool,
+    ) -> Result<Lookup<Workload>, EnsureError> {
+        let ns = job.metadata.namespace.as_deref().unwrap_or("");
+        let name = job.metadata.name.as_deref().unwrap_or("");
+        let uid = job.metadata.uid.as_deref().unwrap_or("");
+        Ok(match find(found, |w| &w.metadata, uid) {
+            Found::None if !new_job => {
+                Lookup::quietly("no Workload for a Job that already started")
+            }
+            Found::None => Lookup::Create(desired_workload(job)),
+            Found::Mine(w) if usable(&w) => Lookup::Use(w),
+            Found::Mine(w) => Lookup::quietly(format!(
+                "Workload {} has {} PodGroupTemplates (unsupported), falling back to default scheduling",
+                rules::name_of(&w.metadata),
+                w.spec.pod_group_templates.len()
+            )),
+            Found::Foreign => {
+                Lookup::quietly("Workload not owned by this Job, skipping workload integration")
+            }
+            Found::Many(n) => Lookup::loudly(format!(
+                "found {n} Workloads referencing Job {ns}/{name}, falling back to default scheduling"
+            )),
+        })
+    }
+
+    fn parent(_: &Job, _: &str, _: &[Workload]) -> Lookup<Workload> {
+        Lookup::quietly("1.36 delegates no PodGroups")
+    }
+
+    /// Upstream `getOrCreatePodGroup` (no new-Job check).
+    fn pod_group(
+        job: &Job,
+        _: &Source,
+        workload: &Workload,
+        found: &[PodGroup],
+        _: bool,
+    ) -> Result<Lookup<PodGroup>, EnsureError> {
+        let uid = job.metadata.uid.as_deref().unwrap_or("");
+        let wl_name = rules::name_of(&workload.metadata);
+        Ok(match find(found, |p| &p.metadata, uid) {
+            Found::None => match new_pod_group(job, workload) {
+                Some(pg) => Lookup::Create(pg),
+                None => {
+                    return Err(EnsureError::NoTemplate {
+                        template: String::new(),
+                        workload: wl_name.into(),
+                    });
+                }
+            },
+            Found::Mine(p) => Lookup::Use(p),
+            Found::Foreign => {
+                Lookup::quietly("PodGroup not owned by this Job, skipping workload integration")
+            }
+            Found::Many(n) => Lookup::loudly(format!(
+                "found {n} PodGroups referencing Workload {}/{wl_name}, falling back to default scheduling",
+                workload.metadata.namespace.as_deref().unwrap_or("")
+            )),
+        })
+    }
+
+    fn resize(
+        _: &Job,
+        _: &Source,
+        _: &Workload,
+        _: Option<&PodGroup>,
+    ) -> (Option<Value>, Option<Value>) {
+        (None, None)
+    }
 }
 
 #[cfg(test)]

@@ -20,11 +20,19 @@ fn match_pod_failure_policy(policy: Option<&PodFailurePolicy>, pod: &Pod) -> Pol
     super::match_pod_failure_policy(policy, &CachedPod::from(pod))
 }
 
-/// [`super::get_fail_job_message`] over test pods, as cached.
+/// [`super::fail_job_message`] over test pods, as cached, with the policy
+/// the `JobPodFailurePolicy` gate leaves ([`crate::sync::Config::policy`]).
 fn get_fail_job_message(job: &Job, pods: &[&Pod], gate_enabled: bool) -> Option<String> {
     let cached: Vec<CachedPod> = pods.iter().map(|p| CachedPod::from(*p)).collect();
     let refs: Vec<&CachedPod> = cached.iter().collect();
-    super::get_fail_job_message(job, &refs, gate_enabled)
+    let config = crate::sync::Config {
+        pod_failure_policy: gate_enabled,
+        ..crate::sync::Config::default()
+    };
+    let policy = config.policy(job)?;
+    super::fail_job_message(job, &refs, &|p| {
+        super::match_pod_failure_policy(Some(&policy), p)
+    })
 }
 
 /// The state of one container status in a test pod.

@@ -1,4 +1,4 @@
-//! `effective_policy`, `get_fail_job_message`, and property tests.
+//! The policy the gate leaves, `fail_job_message`, and property tests.
 
 use super::*;
 
@@ -14,15 +14,20 @@ fn job(policy: Option<PodFailurePolicy>, replacement: Option<&str>) -> Job {
 }
 
 #[test]
-fn effective_policy_honours_gate() {
+fn the_policy_honours_the_gate() {
     let j = job(
         policy(vec![exit_rule("FailJob", "In", &[1], None)]),
         Some("Failed"),
     );
-    assert!(effective_policy(&j, true).is_some());
-    assert!(effective_policy(&j, false).is_none());
-    assert!(effective_policy(&job(None, None), true).is_none());
-    assert!(effective_policy(&Job::default(), true).is_none());
+    let on = crate::sync::Config::default();
+    let off = crate::sync::Config {
+        pod_failure_policy: false,
+        ..on
+    };
+    assert!(on.policy(&j).is_some());
+    assert!(off.policy(&j).is_none());
+    assert!(on.policy(&job(None, None)).is_none());
+    assert!(on.policy(&Job::default()).is_none());
 }
 
 #[test]

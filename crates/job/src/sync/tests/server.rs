@@ -342,7 +342,7 @@ impl JobPort for WorldPort {
             p.metadata
                 .owner_references
                 .get_or_insert_with(Vec::new)
-                .push(crate::sync::manage::controller_ref(job));
+                .push(crate::pods::controller_ref(job));
             p.metadata
                 .finalizers
                 .get_or_insert_with(Vec::new)
