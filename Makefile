@@ -87,7 +87,7 @@ image-oci:
 	KCM_RS_GIT_COMMIT=$(COMMIT) $(CARGO) build --release --locked -p kcm-rs
 	@python3 hack/oci-image.py --binary target/release/kcm-rs --name $(IMAGE) \
 	  --out $(IMAGE_OCI) --revision $(COMMIT) \
-	  --created $$(git log -1 --format=%ct 2>/dev/null || echo 0)
+	  --created $$(git log -1 --format=%ct $(COMMIT) 2>/dev/null || echo 0)
 	@echo "load: ctr -n k8s.io images import $(IMAGE_OCI)   pin: $(IMAGE)@$$(cat $(IMAGE_OCI).digest)" >&2
 
 ## release: the release binary (target/release/kcm-rs) and, where a container
