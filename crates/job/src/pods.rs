@@ -3,7 +3,7 @@
 //! job_controller.go `isPodFailed`, indexed_job_utils.go annotation readers).
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kcm_pod::{CachedPod, ControllerRef};
 
 /// Annotation (read) and label (written) holding a pod's completion index.
@@ -81,6 +81,11 @@ pub fn only_replace_failed_pods(job: &Job) -> bool {
     let spec = job.spec.as_ref();
     spec.and_then(|s| s.pod_replacement_policy.as_deref()) == Some("Failed")
         || spec.is_some_and(|s| s.pod_failure_policy.is_some())
+}
+
+/// `metadata.name`, "" when unset.
+pub fn name_of(meta: &ObjectMeta) -> &str {
+    meta.name.as_deref().unwrap_or("")
 }
 
 /// The controller ownerReference a Job puts on what it creates (its pods,

@@ -24,7 +24,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::job_ref;
-use crate::pods::JOB_TRACKING_FINALIZER;
+use crate::pods::{JOB_TRACKING_FINALIZER, name_of};
 use crate::workload::rules::Object;
 
 /// At most this many pod writes of one batch in flight at once.
@@ -200,9 +200,6 @@ fn ns_of(meta: &ObjectMeta) -> &str {
     meta.namespace.as_deref().unwrap_or("")
 }
 
-fn name_of(meta: &ObjectMeta) -> &str {
-    meta.name.as_deref().unwrap_or("")
-}
 
 /// The strategic-merge patch that removes only the tracking finalizer.
 pub fn remove_finalizer_patch() -> serde_json::Value {

@@ -16,7 +16,8 @@ use kube::Resource;
 
 use super::JobController;
 use super::port::{JobPort, error_message};
-use crate::workload::rules::{Object, name_of};
+use crate::pods::name_of;
+use crate::workload::rules::Object;
 use crate::workload::v136::V136;
 use crate::workload::{self as wl, EnsureError, Lookup, Rules, Source, V137};
 

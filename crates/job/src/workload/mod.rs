@@ -489,7 +489,7 @@ impl Rules for V137 {
                 if n != 1 {
                     return Err(EnsureError::Templates {
                         ns: ns.into(),
-                        workload: rules::name_of(&w.metadata).into(),
+                        workload: crate::pods::name_of(&w.metadata).into(),
                         job: name.into(),
                         templates: n,
                     });
@@ -527,7 +527,7 @@ impl Rules for V137 {
                 .map(Lookup::Create)
                 .ok_or_else(|| EnsureError::NoTemplate {
                     template: template.into(),
-                    workload: rules::name_of(&workload.metadata).into(),
+                    workload: crate::pods::name_of(&workload.metadata).into(),
                 })
         };
         match source {
@@ -540,7 +540,7 @@ impl Rules for V137 {
                 Pick::Many(n) => Lookup::loudly(format!(
                     "found {n} PodGroups referencing Workload {}/{}, falling back to default scheduling",
                     workload.metadata.namespace.as_deref().unwrap_or(""),
-                    rules::name_of(&workload.metadata)
+                    crate::pods::name_of(&workload.metadata)
                 )),
             }),
             Source::Delegated(template) => {

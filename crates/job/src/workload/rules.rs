@@ -9,7 +9,6 @@
 use std::fmt::Debug;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -151,9 +150,4 @@ pub trait Rules: Send + Sync + 'static {
         workload: &Self::Workload,
         pod_group: Option<&Self::PodGroup>,
     ) -> (Option<Value>, Option<Value>);
-}
-
-/// `metadata.name`, "" when unset.
-pub fn name_of(meta: &ObjectMeta) -> &str {
-    meta.name.as_deref().unwrap_or("")
 }

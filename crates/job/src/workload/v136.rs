@@ -19,7 +19,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::{Value, json};
 
-use super::rules::{self, EnsureError, Lookup, Rules, Source};
+use super::rules::{EnsureError, Lookup, Rules, Source};
 use super::v1alpha2::{
     API_VERSION, PodGroup, PodGroupSpec, PodGroupTemplate, PodGroupTemplateReference,
     TypedLocalObjectReference, Workload, WorkloadPodGroupTemplateReference, WorkloadSpec,
@@ -190,7 +190,7 @@ impl Rules for V136 {
             Found::Mine(w) if usable(&w) => Lookup::Use(w),
             Found::Mine(w) => Lookup::quietly(format!(
                 "Workload {} has {} PodGroupTemplates (unsupported), falling back to default scheduling",
-                rules::name_of(&w.metadata),
+                crate::pods::name_of(&w.metadata),
                 w.spec.pod_group_templates.len()
             )),
             Found::Foreign => {
@@ -215,7 +215,7 @@ impl Rules for V136 {
         _: bool,
     ) -> Result<Lookup<PodGroup>, EnsureError> {
         let uid = job.metadata.uid.as_deref().unwrap_or("");
-        let wl_name = rules::name_of(&workload.metadata);
+        let wl_name = crate::pods::name_of(&workload.metadata);
         Ok(match find(found, |p| &p.metadata, uid) {
             Found::None => match new_pod_group(job, workload) {
                 Some(pg) => Lookup::Create(pg),
