@@ -200,7 +200,6 @@ fn ns_of(meta: &ObjectMeta) -> &str {
     meta.namespace.as_deref().unwrap_or("")
 }
 
-
 /// The strategic-merge patch that removes only the tracking finalizer.
 pub fn remove_finalizer_patch() -> serde_json::Value {
     json!({ "metadata": { "$deleteFromPrimitiveList/finalizers": [JOB_TRACKING_FINALIZER] } })
