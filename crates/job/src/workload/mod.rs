@@ -425,23 +425,10 @@ pub fn pod_group_min_count_patch(pg: &PodGroup, min_count: i32) -> Option<Value>
         .then(|| json!({ "spec": { "schedulingPolicy": { "gang": { "minCount": min_count } } } }))
 }
 
-/// Index value of a Workload: `ns/<job>` when its controllerRef is a Job.
-pub fn workload_job_key(w: &Workload) -> Option<String> {
-    let r = w.spec.controller_ref.as_ref()?;
-    (r.api_group.as_deref() == Some("batch") && r.kind == "Job" && !r.name.is_empty())
-        .then(|| index_key(&w.metadata, &r.name))
-}
-
 /// The `ns/name` value the Workload and PodGroup indexes use: `name` in
 /// the namespace of `meta`.
 pub fn index_key(meta: &ObjectMeta, name: &str) -> String {
     format!("{}/{name}", meta.namespace.as_deref().unwrap_or(""))
-}
-
-/// Index value of a PodGroup: `ns/<workload>` from its workloadRef.
-pub fn pod_group_workload_key(pg: &PodGroup) -> Option<String> {
-    let r = pg.spec.workload_ref.as_ref()?;
-    (!r.workload_name.is_empty()).then(|| index_key(&pg.metadata, &r.workload_name))
 }
 
 /// 1.37's rules (`scheduling.k8s.io/v1beta1`): root and delegated Jobs,
@@ -465,12 +452,17 @@ impl Rules for V137 {
         }
     }
 
+    /// Index value of a Workload: `ns/<job>` when its controllerRef is a Job.
     fn workload_job_key(w: &Workload) -> Option<String> {
-        workload_job_key(w)
+        let r = w.spec.controller_ref.as_ref()?;
+        (r.api_group.as_deref() == Some("batch") && r.kind == "Job" && !r.name.is_empty())
+            .then(|| index_key(&w.metadata, &r.name))
     }
 
+    /// Index value of a PodGroup: `ns/<workload>` from its workloadRef.
     fn pod_group_workload_key(pg: &PodGroup) -> Option<String> {
-        pod_group_workload_key(pg)
+        let r = pg.spec.workload_ref.as_ref()?;
+        (!r.workload_name.is_empty()).then(|| index_key(&pg.metadata, &r.workload_name))
     }
 
     fn workload(

@@ -229,13 +229,13 @@ fn owned_objects_and_the_parent_workload_are_found() {
         r[0].api_version = "a/b/c".into();
     }
     assert_eq!(parent_workload(&child, &all), None);
-    assert_eq!(workload_job_key(&all[0]), None);
+    assert_eq!(V137::workload_job_key(&all[0]), None);
     let mut own = desired_workload(&root(json!({})));
-    assert_eq!(workload_job_key(&own).as_deref(), Some("ns/pi"));
+    assert_eq!(V137::workload_job_key(&own).as_deref(), Some("ns/pi"));
     own.metadata.uid = Some("x".into());
     let pg = new_pod_group(&root(json!({})), &own, "", true).expect("pg");
     assert_eq!(
-        pod_group_workload_key(&pg).as_deref(),
+        V137::pod_group_workload_key(&pg).as_deref(),
         Some("ns/pi-5d676b754d")
     );
 }

@@ -137,19 +137,6 @@ pub fn new_pod_group(job: &Job, workload: &Workload) -> Option<PodGroup> {
     })
 }
 
-/// Index value of a Workload: `ns/<job>` when its controllerRef is a Job.
-pub fn workload_job_key(w: &Workload) -> Option<String> {
-    let r = w.spec.controller_ref.as_ref()?;
-    (r.api_group == "batch" && r.kind == "Job" && !r.name.is_empty())
-        .then(|| super::index_key(&w.metadata, &r.name))
-}
-
-/// Index value of a PodGroup: `ns/<workload>` from its podGroupTemplateRef.
-pub fn pod_group_workload_key(pg: &PodGroup) -> Option<String> {
-    let r = pg.spec.pod_group_template_ref.as_ref()?.workload.as_ref()?;
-    (!r.workload_name.is_empty()).then(|| super::index_key(&pg.metadata, &r.workload_name))
-}
-
 /// 1.36's rules (`scheduling.k8s.io/v1alpha2`): gang candidates only, every
 /// match counts, never resized; AlreadyExists retried as upstream.
 pub struct V136;
@@ -165,12 +152,17 @@ impl Rules for V136 {
         eligible(job, gate).then_some(Source::Root)
     }
 
+    /// Index value of a Workload: `ns/<job>` when its controllerRef is a Job.
     fn workload_job_key(w: &Workload) -> Option<String> {
-        workload_job_key(w)
+        let r = w.spec.controller_ref.as_ref()?;
+        (r.api_group == "batch" && r.kind == "Job" && !r.name.is_empty())
+            .then(|| super::index_key(&w.metadata, &r.name))
     }
 
+    /// Index value of a PodGroup: `ns/<workload>` from its podGroupTemplateRef.
     fn pod_group_workload_key(pg: &PodGroup) -> Option<String> {
-        pod_group_workload_key(pg)
+        let r = pg.spec.pod_group_template_ref.as_ref()?.workload.as_ref()?;
+        (!r.workload_name.is_empty()).then(|| super::index_key(&pg.metadata, &r.workload_name))
     }
 
     /// Upstream `getOrCreateWorkload`.

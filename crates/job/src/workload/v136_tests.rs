@@ -64,7 +64,7 @@ fn the_workload_is_one_gang_template_of_the_parallelism() {
             }
         })
     );
-    assert_eq!(workload_job_key(&w).as_deref(), Some("ns/pi"));
+    assert_eq!(V136::workload_job_key(&w).as_deref(), Some("ns/pi"));
     assert!(usable(&w));
 }
 
@@ -91,7 +91,7 @@ fn the_pod_group_points_at_its_template_and_copies_the_policy() {
         })
     );
     assert_eq!(
-        pod_group_workload_key(&pg).as_deref(),
+        V136::pod_group_workload_key(&pg).as_deref(),
         Some("ns/pi-5d676b754d")
     );
     // A basic template (someone else's Workload) is copied as it is.
@@ -129,13 +129,13 @@ fn index_keys_need_a_job_controller_ref_and_a_workload_name() {
         kind: "Job".into(),
         name: "pi".into(),
     });
-    assert_eq!(workload_job_key(&w), None);
+    assert_eq!(V136::workload_job_key(&w), None);
     w.spec.controller_ref = None;
-    assert_eq!(workload_job_key(&w), None);
+    assert_eq!(V136::workload_job_key(&w), None);
     let pg: PodGroup =
         serde_json::from_value(json!({ "metadata": { "name": "g", "namespace": "ns" },
         "spec": { "podGroupTemplateRef": { "workload": { "workloadName": "",
             "podGroupTemplateName": "t" } }, "schedulingPolicy": { "basic": {} } } }))
         .expect("pg");
-    assert_eq!(pod_group_workload_key(&pg), None);
+    assert_eq!(V136::pod_group_workload_key(&pg), None);
 }
