@@ -242,6 +242,9 @@ async fn run(
     let clock = kcm_runtime::clock::Clock::system();
     let retry = startup::Bound::start_up(&stop, &clock);
     let version = startup::server_version(&probe, &url, retry).await?;
+    // Its kube HTTP/1.1 connection would stay pooled beside the one HTTP/2
+    // connection every other client shares (client::transport).
+    drop(probe);
     let emulation = behave_as(flags.emulated_version.as_deref(), &version)?;
     let behaves_as = emulation.binary();
     tracing::info!(server = %url, %version, kcm_version = %behaves_as, emulated_version = %emulation, "connected");
