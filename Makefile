@@ -114,10 +114,13 @@ release:
 ## one at a time (2,000 half-open connections and 1,000 bogus tokens; 1,100
 ## keep-alive connections with random tokens, >1 MiB headers, a 3 MiB body,
 ## the same flood against upstream KCM); about 3 min, out of make test for its
-## budget and its 1 s latency bound, which wants an idle machine.
+## budget and its 1 s latency bound, which wants an idle machine. Then the
+## hostile tenant (e2e/tests/hostile_tenant.rs, about 2.5 min): a namespace's
+## ServiceAccount tries to stop, slow or steer the controllers for another.
 .PHONY: abuse
 abuse: controlplane
 	$(CARGO) test -p kcm-serving --test abuse -- --ignored --nocapture --test-threads=1
+	$(CARGO) test -p kcm-e2e --test hostile_tenant -- --ignored --nocapture
 
 ## beside-kcm-versions: the beside-KCM admission policy on the 1.35 and 1.36
 ## control planes (make test runs it on 1.34 and 1.37; these need their own
