@@ -238,11 +238,15 @@ func main() {
 		// Loopback is not a valid endpoint address; nothing here needs the
 		// in-cluster "kubernetes" Service endpoints.
 		"--endpoint-reconciler-type=none",
-		// No serviceaccount controller runs here to create the "default"
-		// ServiceAccount, which that admission plugin requires for every pod.
-		"--disable-admission-plugins=ServiceAccount",
 		"--allow-privileged=true",
 		"--profiling=false",
+	}
+	// No serviceaccount controller runs here to create the "default"
+	// ServiceAccount, which that admission plugin requires for every pod. A
+	// caller that runs one (the real node, for pods with in-cluster
+	// credentials) decides admission itself: the two flags may not overlap.
+	if !strings.Contains(*extra, "-admission-plugins") {
+		args = append(args, "--disable-admission-plugins=ServiceAccount")
 	}
 	if *extra != "" {
 		args = append(args, strings.Fields(*extra)...)
