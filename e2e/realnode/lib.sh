@@ -41,11 +41,13 @@ our_processes() {
   for pid in /proc/[0-9]*; do
     pid="${pid#/proc/}"
     [[ "$pid" == "$$" || "$pid" == "$BASHPID" ]] && continue
-    args="$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")" || continue
+    args="$(tr '\0\n' '  ' 2>/dev/null <"/proc/$pid/cmdline")" || continue
     [[ -z "$args" ]] && continue
     case "$args" in
       *check-clean.sh*|*node.sh*) continue ;;
-      *"$STATE"*) echo "$pid $args" ;;
+      # The state directory, not a path that merely starts with its name
+      # (the lock $STATE.lock in the command of a session waiting for it).
+      *"$STATE/"*|*"$STATE "*|*"$STATE") echo "$pid $args" ;;
       *)
         # The node's binaries by what runs, not by a mention (a build's args).
         case "${args%% *}" in */kcm-node-kubelet|*/kcm-node-scheduler) echo "$pid $args" ;; esac ;;
@@ -74,10 +76,98 @@ pod_cgroups() {
 other_containerd() {
   local pid args
   for pid in /proc/[0-9]*; do
-    args="$(tr '\0' ' ' 2>/dev/null <"$pid/cmdline")" || continue
+    args="$(tr '\0\n' '  ' 2>/dev/null <"$pid/cmdline")" || continue
     case "${args%% *}" in
       containerd|*/containerd|*/containerd-shim*|containerd-shim*)
         [[ "$args" == *"$STATE"* ]] || echo "${pid#/proc/} $args" ;;
     esac
   done
+}
+
+# The machine-wide lock of the node: one session (up .. down) at a time,
+# whoever starts it (node.sh session, flock(1) around make realnode-up, or
+# node.sh up alone, which leaves a holder process that down ends).
+LOCK="${KCM_NODE_LOCK:-/run/kcm-rs-node.lock}"
+
+# Descriptors of this shell open on the lock file.
+lock_fds() {
+  local fd
+  for fd in /proc/$$/fd/*; do
+    [[ "$(readlink "$fd" 2>/dev/null)" == "$LOCK" ]] && echo "${fd##*/}"
+  done
+  return 0
+}
+lock_free() { flock -n "$LOCK" true 2>/dev/null; }
+# lock_ours: the lock is held through a descriptor this shell inherited
+# (flock(1) around us, or `exec 9>LOCK; flock 9` in a caller). Only asked
+# when the lock is not free: flock on a descriptor whose open file holds
+# the lock succeeds at once, on any other it would fail.
+lock_ours() {
+  local fd
+  for fd in $(lock_fds); do flock -n "$fd" 2>/dev/null && return 0; done
+  lock_held_by_ancestor
+}
+# flock -o closes the descriptor in the command it runs: then the holder
+# flock(1) names in /proc/locks is one of our ancestors.
+lock_held_by_ancestor() {
+  local holders pid=$$
+  holders=" $(lock_locks_pids holders | tr '\n' ' ') "
+  while [[ "$pid" -gt 1 ]]; do
+    [[ "$holders" == *" $pid "* ]] && return 0
+    pid="$(awk '{ print $4 }' "/proc/$pid/stat" 2>/dev/null)" || return 1
+    [[ -n "$pid" ]] || return 1
+  done
+  return 1
+}
+# lock_locks_pids holders|waiters: the pids /proc/locks gives for the lock.
+lock_locks_pids() {
+  [[ -e "$LOCK" ]] || return 0
+  local key
+  key="$(stat -L -c '%t %T %i' "$LOCK" | { read -r maj min ino; printf '%02x:%02x:%s' "$((16#$maj))" "$((16#$min))" "$ino"; })"
+  if [[ "$1" == waiters ]]; then
+    awk -v k="$key" '$2 == "->" && $7 == k { print $6 }' /proc/locks
+  else
+    awk -v k="$key" '$2 == "FLOCK" && $6 == k { print $5 }' /proc/locks
+  fi
+}
+# lock_holder: who holds the lock, one line per process: the outermost of
+# the processes with the lock file open that are not waiting for it (the
+# flock(1) of a `flock LOCK cmd`, the holder `up` left, a session), with
+# user, age, working directory and command line.
+lock_holder() {
+  local pid waiters open=() p ppid shown=0
+  waiters=" $(lock_locks_pids waiters | tr '\n' ' ') "
+  for p in /proc/[0-9]*; do
+    pid="${p#/proc/}"
+    [[ "$waiters" == *" $pid "* ]] && continue
+    for fd in "$p"/fd/*; do
+      if [[ "$(readlink "$fd" 2>/dev/null)" == "$LOCK" ]]; then open+=("$pid"); break; fi
+    done 2>/dev/null
+  done
+  # A holder in /proc/locks that is still alive is one too.
+  for pid in $(lock_locks_pids holders); do
+    [[ -d "/proc/$pid" && " ${open[*]} " != *" $pid "* ]] && open+=("$pid")
+  done
+  for pid in "${open[@]}"; do
+    ppid="$(awk '{ print $4 }' "/proc/$pid/stat" 2>/dev/null)" || continue
+    [[ " ${open[*]} " == *" $ppid "* ]] && continue
+    echo "pid $pid, user $(ps -o user= -p "$pid"), for $(ps -o etime= -p "$pid" | tr -d ' '), in $(readlink "/proc/$pid/cwd" 2>/dev/null): $(tr '\0\n' '  ' <"/proc/$pid/cmdline" 2>/dev/null | tr -s ' ' | cut -c1-300)"
+    shown=$((shown + 1))
+  done
+  [[ $shown -gt 0 ]] || echo "a process that has gone or cannot be seen (pids in /proc/locks: $(lock_locks_pids holders | tr '\n' ' '))"
+}
+# hold_lock SCRIPT ARGS...: unless a caller holds the lock already, runs
+# SCRIPT ARGS again under flock(1) on it, waiting up to $KCM_NODE_LOCK_WAIT
+# seconds (3 hours; exit 75 when it runs out) for the session that holds it.
+hold_lock() {
+  if lock_free || ! lock_ours; then
+    if ! lock_free; then
+      say "waiting up to ${KCM_NODE_LOCK_WAIT:-10800}s for $LOCK, held by:"
+      lock_holder | sed 's/^/  /' >&2
+    fi
+    local rc=0
+    flock -w "${KCM_NODE_LOCK_WAIT:-10800}" -E 75 "$LOCK" "$@" || rc=$?
+    [[ $rc -eq 75 ]] && err "gave up waiting for $LOCK after ${KCM_NODE_LOCK_WAIT:-10800}s"
+    exit "$rc"
+  fi
 }

@@ -10,6 +10,14 @@
 #                                Ready and untainted. Prints the kubeconfig.
 #   node.sh down                 stop it all and remove everything it made
 #   node.sh env                  print KUBECONFIG=..., K8S_VERSION=..., NODE_NAME=...
+#   node.sh session [--version 1.N] [--wait S] -- CMD...
+#                                take the lock, up, run CMD with that
+#                                environment, always down and check
+#
+# One node per machine, one session at a time: every session holds the
+# lock $LOCK (/run/kcm-rs-node.lock) from up to down. `up` refuses, naming
+# the holder, while someone else holds it; run alone (no caller holding
+# the lock) it takes the lock itself with a holder process that `down` ends.
 #
 # The node runs until `down`. State lives in /run/kcm-rs-node
 # ($KCM_NODE_STATE), logs in target/realnode/logs. Must run as root. The
@@ -50,9 +58,13 @@ prereqs() {
 CNI_BIN="${KCM_NODE_CNI_BIN:-/usr/lib/cni}"
 
 # start NAME CMD...: runs CMD in its own session, output to $LOGS/NAME.log.
+# The node's processes do not keep the lock: it is the session's.
 start() {
-  local name="$1"; shift
-  setsid "$@" </dev/null >"$LOGS/$name.log" 2>&1 &
+  local name="$1" fd; shift
+  (
+    for fd in $(lock_fds); do eval "exec $fd>&-"; done
+    exec setsid "$@"
+  ) </dev/null >"$LOGS/$name.log" 2>&1 &
   echo $! >"$STATE/pids/$name"
 }
 alive() { [[ -f "$STATE/pids/$1" ]] && kill -0 "$(cat "$STATE/pids/$1")" 2>/dev/null; }
@@ -98,6 +110,7 @@ up() {
   done
   version="$(echo "${version#v}" | cut -d. -f1,2)"
   prereqs
+  lock_check up
   if [[ -e "$STATE" ]]; then
     err "$STATE exists: a real node is up or was not torn down; run e2e/realnode/node.sh down first"
     exit 1
@@ -113,10 +126,23 @@ up() {
   began=$(date +%s)
 
   mkdir -p "$WORK" "$LOGS"
-  rm -f "$LOGS"/*.log
-  "$REALNODE_DIR/check-clean.sh" snapshot >"$BASELINE.tmp"
+  # The lock, unless a caller holds it already: from here on the node is
+  # this session's until `down` (the builds above needed no lock).
+  local holder=""
+  if lock_free; then
+    holder="$(lock_take)" || lock_refuse up
+  elif ! lock_ours; then
+    lock_refuse up
+  fi
+  if [[ -e "$STATE" ]] || ! "$REALNODE_DIR/check-clean.sh" snapshot >"$BASELINE.tmp"; then
+    [[ -n "$holder" ]] && kill "$holder"
+    [[ -e "$STATE" ]] && err "$STATE exists: a real node is up or was not torn down; run e2e/realnode/node.sh down first"
+    exit 1
+  fi
   mv "$BASELINE.tmp" "$BASELINE"
+  rm -f "$LOGS"/*.log
   mkdir -p "$STATE"/{pids,containerd,cni/net.d,cni/ipam,kubelet,pod-logs,hostpath}
+  [[ -n "$holder" ]] && echo "$holder" >"$STATE/pids/lock"
   echo "$version" >"$STATE/version"
 
   # 1. kube-apiserver over embedded etcd (127.0.0.1). It authenticates to
@@ -247,9 +273,48 @@ env_() {
   echo "KUBECTL=$(cp_bin 1.34)/kcm-e2e-kubectl"
 }
 
+# lock_check up|down: go on only if the lock is free or ours (a caller's
+# session, or for down the holder `up` left).
+lock_check() {
+  lock_free && return 0
+  lock_ours && return 0
+  [[ "$1" == down ]] && up_holder >/dev/null && return 0
+  lock_refuse "$1"
+}
+lock_refuse() {
+  if [[ "$1" == up ]]; then
+    err "the real node is in use: another session holds $LOCK; not starting a second node"
+  else
+    err "the real node is another session's: it holds $LOCK; not tearing its node down"
+  fi
+  lock_holder | sed 's/^/  holder: /' >&2
+  echo "  wait for it with: e2e/realnode/node.sh session [--version 1.N] -- CMD... (make realnode-session CMD=...)," >&2
+  echo "  or flock -w 10800 $LOCK <your commands>; a holder named kcm-rs-node-lock is a node started by" >&2
+  echo "  node.sh up outside a session: node.sh down ends it, once its user is done (docs/real-node.md)" >&2
+  exit 1
+}
+# lock_take: takes the lock for a node started outside a session and prints
+# the pid of the process that keeps it (a sleep holding the descriptor,
+# named kcm-rs-node-lock) until down ends it.
+lock_take() {
+  local fd
+  exec {fd}>>"$LOCK"
+  flock -n "$fd" || return 1
+  setsid bash -c 'exec -a kcm-rs-node-lock sleep infinity' </dev/null >/dev/null 2>&1 &
+  echo $!
+}
+# up_holder: the pid of the holder `up` left, if it still runs.
+up_holder() {
+  local pid
+  pid="$(cat "$STATE/pids/lock" 2>/dev/null)" || return 1
+  [[ -n "$pid" ]] && [[ "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" == kcm-rs-node-lock* ]] && echo "$pid"
+}
+
 # down: idempotent and best effort: each step runs even if one before failed.
 down() {
-  local failed=0 c
+  local failed=0 c holder
+  lock_check down
+  holder="$(up_holder || true)"
   # The kubelet first, so it restarts nothing; then the pods through CRI
   # (StopPodSandbox runs CNI DEL: veths, IPs, network namespaces).
   stop kubelet 20
@@ -373,13 +438,61 @@ down() {
   else
     rm -rf -- "$STATE" || failed=1
   fi
+  # The lock goes with the node (a session's goes when the session ends).
+  [[ -n "$holder" ]] && { kill "$holder" 2>/dev/null || true; }
   if [[ $failed -ne 0 ]]; then err "teardown incomplete (see above)"; return 1; fi
   say "down: everything stopped and removed"
+}
+
+# session [--version 1.N] [--wait SECONDS] -- CMD...: waits for the lock
+# (default 3 hours), brings the node up, runs CMD with KUBECONFIG,
+# K8S_VERSION, NODE_NAME and KUBECTL exported, then always tears down and
+# checks that nothing is left; exits with CMD's status (1 if CMD passed but
+# the teardown did not).
+session() {
+  local version=1.34 wait="${KCM_NODE_LOCK_WAIT:-10800}" args=("$@")
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --version) version="${2:?--version needs a value such as 1.37}"; shift ;;
+      --version=*) version="${1#--version=}" ;;
+      --wait) wait="${2:?--wait needs seconds}"; shift ;;
+      --) shift; break ;;
+      *) err "unknown argument $1 (usage: node.sh session [--version 1.N] [--wait SECONDS] -- CMD...)"; exit 2 ;;
+    esac
+    shift
+  done
+  [[ $# -gt 0 ]] || { err "no command (usage: node.sh session [--version 1.N] [--wait SECONDS] -- CMD...)"; exit 2; }
+  KCM_NODE_LOCK_WAIT="$wait" hold_lock "$REALNODE_DIR/node.sh" session "${args[@]}"
+  local rc=0
+  session_began=$(date +%s)
+  session_end() {
+    local rc=$?
+    trap - EXIT INT TERM
+    say "session: tearing down"
+    down || rc=$((rc ? rc : 1))
+    "$REALNODE_DIR/check-clean.sh" >&2 || rc=$((rc ? rc : 1))
+    say "session: $(($(date +%s) - session_began))s, exit $rc"
+    exit "$rc"
+  }
+  trap session_end EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  up --version "$version" >/dev/null
+  eval "$(env_)"
+  export KUBECONFIG K8S_VERSION NODE_NAME KUBECTL
+  say "session: running $*"
+  local fd close=""
+  for fd in $(lock_fds); do close+=" $fd>&-"; done
+  # CMD does not keep the lock either: a process it leaves behind must
+  # not hold the next session off.
+  eval "\"\$@\" $close" || rc=$?
+  exit "$rc"
 }
 
 case "${1:-}" in
   up) shift; up "$@" ;;
   down) down ;;
   env) env_ ;;
-  *) err "usage: node.sh up [--version 1.N] | down | env"; exit 2 ;;
+  session) shift; session "$@" ;;
+  *) err "usage: node.sh up [--version 1.N] | down | env | session [--version 1.N] [--wait SECONDS] -- CMD..."; exit 2 ;;
 esac

@@ -14,6 +14,7 @@
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+orig_args=("$@")
 version=1.34
 dev_args=()
 while [[ $# -gt 0 ]]; do
@@ -27,6 +28,8 @@ while [[ $# -gt 0 ]]; do
 done
 cd "$ROOT"
 ${CARGO:-cargo} build -p kcm-rs -p kcm-sim --bins
+# One node session at a time: wait for the lock unless a caller holds it.
+hold_lock "$REALNODE_DIR/run.sh" "${orig_args[@]}"
 "$REALNODE_DIR/node.sh" up --version "$version" >/dev/null
 teardown() {
   local rc=$?

@@ -18,6 +18,7 @@
 set -euo pipefail
 # shellcheck source=lib.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+orig_args=("$@")
 version=1.34
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -27,6 +28,8 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
+# One node session at a time: wait for the lock unless a caller holds it.
+hold_lock "$REALNODE_DIR/selftest.sh" "${orig_args[@]}"
 failures=0
 check() { # check WHAT GOT WANT
   if [[ "$2" == "$3" ]]; then echo "ok   $1: $2"; else echo "FAIL $1: got '$2', want '$3'"; failures=$((failures + 1)); fi
