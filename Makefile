@@ -313,6 +313,13 @@ realnode-down:
 	e2e/realnode/check-clean.sh
 realnode-check:
 	e2e/realnode/check-clean.sh
+## realnode-session CMD='...': waits for the node's lock (/run/kcm-rs-node.lock),
+## brings the node of K8S_VERSION up, runs CMD with KUBECONFIG, K8S_VERSION,
+## NODE_NAME and KUBECTL exported, and always tears down (realnode-down).
+.PHONY: realnode-session
+realnode-session:
+	@test -n "$$CMD" || { echo "usage: make realnode-session CMD='...' [K8S_VERSION=1.N]" >&2; exit 2; }
+	e2e/realnode/node.sh session --version $(REALNODE_VERSION) -- bash -c "$$CMD"
 
 ## run-real: `make run` on a real node (root): the local control plane plus
 ## the real node of K8S_VERSION (realnode-up), kcm-rs, and the example Jobs as
