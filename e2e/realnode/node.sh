@@ -35,6 +35,42 @@ case ",$HELPERS," in
     err "KCM_NODE_HELPERS must not run job, podgc, taint-eviction or disruption (kcm-rs's controllers): $HELPERS"; exit 2 ;;
 esac
 
+# Services for pods, for kcm-rs in a pod with in-cluster credentials
+# (KCM_NODE_KUBE_PROXY=<kube-proxy binary>, e2e/realnode/installs): the API
+# server listens on every address and advertises the node's (the endpoint
+# of the `kubernetes` Service), ServiceAccount admission mounts the pods'
+# tokens, pods get a route to the Service range through the bridge (still
+# nothing beyond the machine) and kube-proxy (iptables) runs. Off, none of it.
+# KCM_NODE_APISERVER_ARGS: more kube-apiserver flags (an audit log, say).
+KUBE_PROXY="${KCM_NODE_KUBE_PROXY:-}"
+SERVICE_CIDR=10.0.0.0/24 # kcm-e2e-apiserver's --service-cluster-ip-range
+apiserver_args() { # apiserver_args NODE_IP
+  [[ -z "$KUBE_PROXY" ]] || printf ' --bind-address=0.0.0.0 --advertise-address=%s --endpoint-reconciler-type=lease --enable-admission-plugins=ServiceAccount' "$1"
+  printf ' %s' "${KCM_NODE_APISERVER_ARGS:-}"
+}
+pod_routes() { [[ -z "$KUBE_PROXY" ]] || printf ', "routes": [{"dst": "%s"}]' "$SERVICE_CIDR"; }
+start_kube_proxy() {
+  [[ -n "$KUBE_PROXY" ]] || return 0
+  mkdir -p "$STATE/kube-proxy"
+  # conntrack 0s and 0: leave the kernel's settings as they are; no
+  # localhost NodePorts (they would set route_localnet).
+  cat >"$STATE/kube-proxy/config.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $STATE/admin.kubeconfig}
+hostnameOverride: $NODE_NAME
+mode: iptables
+clusterCIDR: $POD_SUBNET
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+iptables: {localhostNodePorts: false}
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s, udpTimeout: 0s, udpStreamTimeout: 0s}
+EOF
+  start kube-proxy "$KUBE_PROXY" --config="$STATE/kube-proxy/config.yaml" --v=2
+  synced() { [[ "$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:10256/healthz)" == 200 ]]; }
+  wait_for "kube-proxy synced" 60 synced || fail_up "kube-proxy did not sync" "$LOGS/kube-proxy.log"
+}
+
 prereqs() {
   local missing=() c
   [[ "$(id -u)" == 0 ]] || { err "the real node needs root (containerd, mounts, network namespaces)"; exit 1; }
@@ -151,7 +187,7 @@ up() {
   # files are where kcm-e2e-apiserver writes them under --dir.
   local pki="$STATE/apiserver"
   start apiserver "$cp/kcm-e2e-apiserver" --dir="$pki" --kubeconfig="$STATE/admin.kubeconfig" --port=0 \
-    --extra-args="--kubelet-client-certificate=$pki/admin.crt --kubelet-client-key=$pki/admin.key --kubelet-preferred-address-types=InternalIP"
+    --extra-args="--kubelet-client-certificate=$pki/admin.crt --kubelet-client-key=$pki/admin.key --kubelet-preferred-address-types=InternalIP$(apiserver_args "$node_ip")"
   wait_for "kube-apiserver ready" 120 grep -q '^READY' "$LOGS/apiserver.log" ||
     fail_up "kube-apiserver did not start" "$LOGS/apiserver.log"
 
@@ -202,7 +238,7 @@ EOF
   "name": "kcm-rs-node",
   "plugins": [{
     "type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-    "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_SUBNET"}]], "dataDir": "$STATE/cni/ipam"}
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_SUBNET"}]], "dataDir": "$STATE/cni/ipam"$(pod_routes)}
   }]
 }
 EOF
@@ -257,6 +293,7 @@ EOF
     fail_up "the node keeps a taint: $(kc get node "$NODE_NAME" -o jsonpath='{.spec.taints}')" "$LOGS/kcm-helpers.log"
   wait_for "ServiceAccount default/default" 60 kc -n default get serviceaccount default ||
     fail_up "no default ServiceAccount" "$LOGS/kcm-helpers.log"
+  start_kube_proxy
   for c in apiserver kcm-helpers containerd kube-scheduler kubelet; do
     alive "$c" || fail_up "$c exited" "$LOGS/$c.log"
   done
