@@ -334,3 +334,32 @@ run-real-examples:
 	$(MAKE) --no-print-directory run-real DEV_ARGS="--exit-when-done $(DEV_ARGS)"
 run-real-test:
 	$(CARGO) test -p kcm-e2e --test make_run_real -- --ignored --nocapture
+
+## realnode-kep: KEP-3329 on the real node with every real source of
+## DisruptionTarget (scheduler preemption, Eviction API under a PDB, NoExecute
+## taint, pod GC of a deleted node, kubelet preemption; and the kubelet's
+## ephemeral-storage eviction, which sets none), kcm-rs then KCM's four.
+## realnode-termination: real graceful termination (FailJob while siblings
+## ignore SIGTERM, podReplacementPolicy, activeDeadlineSeconds, suspend), the
+## same way. realnode-scenarios: both. Each minor of K8S_VERSIONS (default
+## 1.34 1.37) in its own node session (takes the node's lock); tables in
+## bench/results/realnode-kep/. e2e/realnode/scenarios/run.sh, docs/real-node.md.
+REALNODE_KEP_VERSIONS = $(or $(K8S_VERSIONS),1.34 1.37)
+.PHONY: realnode-kep realnode-termination realnode-scenarios
+realnode-kep:
+	CARGO="$(CARGO)" e2e/realnode/scenarios/run.sh --versions "$(REALNODE_KEP_VERSIONS)" kep
+realnode-termination:
+	CARGO="$(CARGO)" e2e/realnode/scenarios/run.sh --versions "$(REALNODE_KEP_VERSIONS)" termination
+realnode-scenarios:
+	CARGO="$(CARGO)" e2e/realnode/scenarios/run.sh --versions "$(REALNODE_KEP_VERSIONS)" all
+
+## realnode-install-test: kcm-rs installed in pods on the real node of
+## K8S_VERSION (root; e2e/tests/realnode_install.rs), one node session each:
+## `kubectl apply -k manifests/` replacing KCM's controllers then upgrade A -> B
+## -> A while Jobs run; the Helm chart in kcm-system scraped by Prometheus
+## (KcmRsDown fired and cleared); manifests/beside-kcm beside a complete KCM.
+## Figures in bench/results/in-cluster/. TESTS=<name> runs one.
+.PHONY: realnode-install-test
+realnode-install-test:
+	CARGO="$(CARGO)" e2e/realnode/installs/build.sh
+	KCM_INSTALL_BUILT=1 K8S_VERSION=$(REALNODE_VERSION) $(CARGO) test -p kcm-e2e --test realnode_install -- --ignored --nocapture --test-threads=1 $(TESTS)

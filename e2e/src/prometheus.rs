@@ -83,8 +83,6 @@ impl Prometheus {
         scrape_interval: &str,
         rules: Option<&Value>,
     ) -> Result<Self, PromError> {
-        let bin = prometheus()?;
-        let dir = tempfile::Builder::new().prefix("kcm-prom-").tempdir()?;
         let static_configs: Vec<Value> = targets
             .iter()
             .map(|t| {
@@ -97,12 +95,20 @@ impl Prometheus {
             })
             .collect();
         // The job name is overridden by each target's `job` label, if any.
-        let mut config = serde_json::json!({
+        let config = serde_json::json!({
             "global": { "scrape_interval": scrape_interval, "evaluation_interval": scrape_interval },
             "scrape_configs": [{ "job_name": "kcm-rs", "static_configs": static_configs,
                 // kcm-rs serves HTTPS with a self-signed certificate.
                 "scheme": "https", "tls_config": { "insecure_skip_verify": true } }],
         });
+        Self::start_config(config, rules).await
+    }
+
+    /// Starts Prometheus with a whole `config` (`prometheus.yml` as JSON;
+    /// `rule_files` is set from `rules`) and waits for `/-/ready`.
+    pub async fn start_config(mut config: Value, rules: Option<&Value>) -> Result<Self, PromError> {
+        let bin = prometheus()?;
+        let dir = tempfile::Builder::new().prefix("kcm-prom-").tempdir()?;
         if let Some(rules) = rules {
             let path = dir.path().join("rules.yaml");
             std::fs::write(&path, rules.to_string())?;

@@ -1,0 +1,292 @@
+//! Prometheus (the Debian package) against the live pods: the installed
+//! ServiceMonitor translated into a scrape config as the Prometheus Operator
+//! generates it (Service discovery through the API server, the endpoints of
+//! the selected Service, its TLS settings; the deprecated `bearerTokenFile`
+//! becomes `authorization.credentials_file`), the installed PrometheusRule
+//! loaded, and `KcmRsDown` firing when the Deployment is scaled to zero and
+//! clearing after.
+
+use std::time::{Duration, Instant};
+
+use kcm_e2e::prometheus::Prometheus;
+use serde_json::{Value, json};
+
+use super::checks::Problems;
+use super::node::{Node, path};
+
+/// The Operator's scrape config for endpoint `i` of ServiceMonitor `sm`,
+/// discovering through `kubeconfig` and authenticating with `token_file`.
+/// Panics on a field it does not translate, so a changed ServiceMonitor is
+/// not scraped with settings it does not have.
+pub fn scrape_config(sm: &Value, i: usize, kubeconfig: &str, token_file: &str) -> Value {
+    let spec = &sm["spec"];
+    let ns = sm["metadata"]["namespace"].as_str().expect("namespace");
+    let name = sm["metadata"]["name"].as_str().expect("name");
+    let ep = &spec["endpoints"][i];
+    let known = [
+        "port",
+        "scheme",
+        "tlsConfig",
+        "bearerTokenFile",
+        "authorization",
+        "path",
+        "interval",
+        "scrapeTimeout",
+    ];
+    for k in ep.as_object().expect("endpoint").keys() {
+        assert!(
+            known.contains(&k.as_str()),
+            "ServiceMonitor endpoint field {k} is not translated"
+        );
+    }
+    for k in spec.as_object().expect("spec").keys() {
+        assert!(
+            ["selector", "namespaceSelector", "endpoints"].contains(&k.as_str()),
+            "ServiceMonitor field {k} is not translated"
+        );
+    }
+    let namespaces = spec["namespaceSelector"]["matchNames"]
+        .as_array()
+        .cloned()
+        .unwrap_or_else(|| vec![json!(ns)]);
+    let mut relabel =
+        vec![json!({ "source_labels": ["job"], "target_label": "__tmp_prometheus_job_name" })];
+    for (k, v) in spec["selector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels")
+    {
+        let label: String = k
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        relabel.push(json!({ "action": "keep",
+            "source_labels": [format!("__meta_kubernetes_service_label_{label}"), format!("__meta_kubernetes_service_labelpresent_{label}")],
+            "regex": format!("({});true", v.as_str().expect("label value")) }));
+    }
+    let port = ep["port"].as_str().expect("endpoint port name");
+    relabel.push(json!({ "action": "keep", "source_labels": ["__meta_kubernetes_endpoint_port_name"], "regex": port }));
+    for (kind, label) in [("Node", "node"), ("Pod", "pod")] {
+        relabel.push(json!({ "source_labels": ["__meta_kubernetes_endpoint_address_target_kind", "__meta_kubernetes_endpoint_address_target_name"],
+            "separator": ";", "regex": format!("{kind};(.*)"), "replacement": "${1}", "target_label": label }));
+    }
+    for (meta, label) in [
+        ("namespace", "namespace"),
+        ("service_name", "service"),
+        ("pod_name", "pod"),
+        ("pod_container_name", "container"),
+    ] {
+        relabel.push(json!({ "source_labels": [format!("__meta_kubernetes_{meta}")], "target_label": label }));
+    }
+    // The job label: the Service's name (no jobLabel set).
+    relabel.push(json!({ "source_labels": ["__meta_kubernetes_service_name"], "target_label": "job", "replacement": "${1}" }));
+    relabel.push(json!({ "target_label": "endpoint", "replacement": port }));
+    let mut c = json!({
+        "job_name": format!("serviceMonitor/{ns}/{name}/{i}"),
+        "honor_labels": false,
+        "kubernetes_sd_configs": [{ "role": "endpoints", "kubeconfig_file": kubeconfig, "namespaces": { "names": namespaces } }],
+        "scheme": ep["scheme"].as_str().unwrap_or("http"),
+        "metrics_path": ep["path"].as_str().unwrap_or("/metrics"),
+        "relabel_configs": relabel,
+    });
+    for (from, to) in [
+        ("interval", "scrape_interval"),
+        ("scrapeTimeout", "scrape_timeout"),
+    ] {
+        if let Some(v) = ep[from].as_str() {
+            c[to] = json!(v);
+        }
+    }
+    if ep["tlsConfig"].is_object() {
+        let keys: Vec<&String> = ep["tlsConfig"].as_object().expect("tls").keys().collect();
+        assert_eq!(
+            keys,
+            ["insecureSkipVerify"],
+            "tlsConfig fields not translated"
+        );
+        c["tls_config"] = json!({ "insecure_skip_verify": ep["tlsConfig"]["insecureSkipVerify"] });
+    }
+    // bearerTokenFile (deprecated) or authorization: Prometheus's
+    // `authorization` with the token from a file either way.
+    if ep["bearerTokenFile"].is_string() || ep["authorization"].is_object() {
+        c["authorization"] = json!({ "type": "Bearer", "credentials_file": token_file });
+    }
+    c
+}
+
+fn alert_state(alerts: &Value, name: &str) -> Option<String> {
+    let list = alerts["alerts"].as_array()?;
+    let a = list.iter().find(|a| a["labels"]["alertname"] == name)?;
+    a["state"].as_str().map(str::to_string)
+}
+
+/// Scrapes the install in `ns` with its own ServiceMonitor and rules, then
+/// scales it to zero and back; returns the report's section.
+pub async fn run(node: &Node, ns: &str, token: &str, p: &mut Problems) -> String {
+    let sm: Value = serde_json::from_str(&node.kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "servicemonitor",
+        "kcm-rs",
+        "-o",
+        "json",
+    ]))
+    .expect("ServiceMonitor");
+    let rule: Value = serde_json::from_str(&node.kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "prometheusrule",
+        "kcm-rs",
+        "-o",
+        "json",
+    ]))
+    .expect("PrometheusRule");
+    let token_file = node.out.join("prometheus.token");
+    std::fs::write(&token_file, token).expect("token file");
+    let eps = sm["spec"]["endpoints"]
+        .as_array()
+        .map(Vec::len)
+        .unwrap_or(0);
+    let scrapes: Vec<Value> = (0..eps)
+        .map(|i| scrape_config(&sm, i, path(&node.kubeconfig), path(&token_file)))
+        .collect();
+    // The Operator's default evaluation interval.
+    let config = json!({ "global": { "evaluation_interval": "30s" }, "scrape_configs": scrapes });
+    std::fs::write(
+        node.out.join("prometheus.json"),
+        serde_json::to_string_pretty(&config).expect("JSON"),
+    )
+    .expect("write");
+    let prom = Prometheus::start_config(config, Some(&rule["spec"]))
+        .await
+        .expect("Prometheus");
+
+    // Both replicas scraped through the Service's endpoints.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut targets = Vec::new();
+    while Instant::now() < deadline {
+        targets = prom.targets().await.expect("targets");
+        if targets.len() == 2 && targets.iter().all(|(h, _)| h == "up") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    p.check(
+        targets.len() == 2 && targets.iter().all(|(h, _)| h == "up"),
+        format!("Prometheus scrapes both replicas: {targets:?}"),
+    );
+    let leaders = prom
+        .query(r#"sum(leader_election_master_status{job="kcm-rs"})"#)
+        .await
+        .expect("query");
+    let leaders = leaders
+        .first()
+        .map(|v| v["value"][1].clone())
+        .unwrap_or_default();
+    p.check(
+        leaders == "1",
+        format!("one leader among the scraped replicas: {leaders}"),
+    );
+    let loaded = prom
+        .api("rules", &[("type", "alert")])
+        .await
+        .expect("rules");
+    let n_loaded: usize = loaded["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| g["rules"].as_array().map_or(0, Vec::len))
+        .sum();
+    let n_defined: usize = rule["spec"]["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| {
+            g["rules"]
+                .as_array()
+                .map_or(0, |r| r.iter().filter(|r| r["alert"].is_string()).count())
+        })
+        .sum();
+    p.check(
+        n_loaded == n_defined && n_loaded > 0,
+        format!("alerting rules loaded: {n_loaded} of {n_defined}"),
+    );
+    let before = prom.api("alerts", &[]).await.expect("alerts");
+    p.check(
+        alert_state(&before, "KcmRsDown").is_none(),
+        "KcmRsDown inactive while both replicas are up",
+    );
+
+    // Scaled to zero: the targets go, KcmRsDown goes pending, then firing
+    // after its `for` (5m).
+    let scaled = Instant::now();
+    node.kubectl(&["-n", ns, "scale", "deployment/kcm-rs", "--replicas=0"]);
+    let (mut pending, mut firing) = (None, None);
+    while firing.is_none() && scaled.elapsed() < Duration::from_secs(480) {
+        let alerts = prom.api("alerts", &[]).await.expect("alerts");
+        match alert_state(&alerts, "KcmRsDown").as_deref() {
+            Some("pending") if pending.is_none() => pending = Some(scaled.elapsed()),
+            Some("firing") => firing = Some(scaled.elapsed()),
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    p.check(firing.is_some(), format!("KcmRsDown fired after scaling to zero: pending at {pending:.0?}, firing at {firing:.0?}"));
+    let restored = Instant::now();
+    node.kubectl(&["-n", ns, "scale", "deployment/kcm-rs", "--replicas=2"]);
+    let mut cleared = None;
+    while cleared.is_none() && restored.elapsed() < Duration::from_secs(240) {
+        let alerts = prom.api("alerts", &[]).await.expect("alerts");
+        if alert_state(&alerts, "KcmRsDown").is_none() {
+            cleared = Some(restored.elapsed());
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    p.check(
+        cleared.is_some(),
+        format!("KcmRsDown cleared after scaling back to 2: {cleared:.0?}"),
+    );
+    node.kubectl(&[
+        "-n",
+        ns,
+        "rollout",
+        "status",
+        "deployment/kcm-rs",
+        "--timeout=240s",
+    ]);
+    format!(
+        "Prometheus {} (config `prometheus.json`: Service discovery through the API server, the ServiceMonitor's \
+         endpoint: {}): targets {:?}; `sum(leader_election_master_status)` = {leaders}; alerting rules loaded {n_loaded}/{n_defined}.\n\n\
+         | step | KcmRsDown |\n|---|---|\n| both replicas up | inactive |\n\
+         | scaled to 0 | pending after {}, firing after {} (`for: 5m`, evaluation every 30s) |\n\
+         | scaled back to 2 | cleared after {} |\n",
+        prometheus_version(),
+        serde_json::to_string(&sm["spec"]["endpoints"][0]).unwrap_or_default(),
+        targets,
+        secs(pending),
+        secs(firing),
+        secs(cleared),
+    )
+}
+
+fn secs(d: Option<Duration>) -> String {
+    d.map_or("never".into(), |d| format!("{:.0} s", d.as_secs_f64()))
+}
+
+fn prometheus_version() -> String {
+    let bin = kcm_e2e::prometheus::prometheus().expect("prometheus");
+    let out = std::process::Command::new(bin)
+        .arg("--version")
+        .output()
+        .expect("prometheus --version");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    text.lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .nth(2)
+        .unwrap_or("?")
+        .to_string()
+}
