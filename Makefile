@@ -295,6 +295,24 @@ upstream-tests-job:
 	SHARDS=$(UPSTREAM_SHARDS) e2e/upstream-suites/suites.sh run $(UPSTREAM_JOB_VERSION) kcm-rs job || true
 	e2e/upstream-suites/suites.sh check $(UPSTREAM_JOB_VERSION) kcm-rs job
 
+## upstream-e2e: upstream's e2e tests (e2e.test of each minor: [sig-apps] Job,
+## [sig-apps] DisruptionController, [sig-node] NoExecuteTaintManager, pod GC)
+## on the real node (root), against KCM and against kcm-rs, one node session
+## (the node's lock held) per minor, suite and implementation; on
+## UPSTREAM_E2E_VERSIONS (default 1.34..1.37), UPSTREAM_E2E_SUITES (default
+## job disruption taint-eviction podgc); tables in target/upstream-e2e/report;
+## fails when a spec KCM passed did not pass for kcm-rs. Commits nothing.
+UPSTREAM_E2E_VERSIONS ?= 1.34 1.35 1.36 1.37
+UPSTREAM_E2E_SUITES ?= job disruption taint-eviction podgc
+.PHONY: upstream-e2e
+upstream-e2e:
+	CARGO="$(CARGO)" e2e/upstream-e2e/run.sh all "$(UPSTREAM_E2E_VERSIONS)" "kcm kcm-rs" $(UPSTREAM_E2E_SUITES) || true
+	e2e/upstream-e2e/run.sh report target/upstream-e2e/report $(UPSTREAM_E2E_VERSIONS)
+	@cat target/upstream-e2e/report/summary.md
+	@failed=""; for v in $(UPSTREAM_E2E_VERSIONS); do for s in $(UPSTREAM_E2E_SUITES); do \
+	  e2e/upstream-e2e/run.sh bar $$v $$s || failed+=" $$v/$$s"; done; done; \
+	  if [ -n "$$failed" ]; then echo "upstream-e2e: kcm-rs missed specs KCM passed in:$$failed" >&2; exit 1; fi
+
 ## realnode-up: the local control plane plus one real node on this machine
 ## (containerd + runc, the CNI bridge, kubelet, kube-scheduler; KCM's helper
 ## controllers, never kcm-rs's four) of K8S_VERSION (1.34..1.37, default
