@@ -123,7 +123,11 @@ lock_held_by_ancestor() {
 lock_locks_pids() {
   [[ -e "$LOCK" ]] || return 0
   local key
-  key="$(stat -L -c '%t %T %i' "$LOCK" | { read -r maj min ino; printf '%02x:%02x:%s' "$((16#$maj))" "$((16#$min))" "$ino"; })"
+  local dev ino
+  read -r dev ino < <(stat -L -c '%d %i' "$LOCK")
+  # /proc/locks names the file's filesystem as major:minor in hex.
+  key="$(printf '%02x:%02x:%s' "$(( ((dev >> 8) & 0xfff) | ((dev >> 32) & ~0xfff) ))" \
+    "$(( (dev & 0xff) | ((dev >> 12) & ~0xff) ))" "$ino")"
   if [[ "$1" == waiters ]]; then
     awk -v k="$key" '$2 == "->" && $7 == k { print $6 }' /proc/locks
   else
@@ -136,7 +140,8 @@ lock_locks_pids() {
 # user, age, working directory and command line.
 lock_holder() {
   local pid waiters open=() p ppid shown=0
-  waiters=" $(lock_locks_pids waiters | tr '\n' ' ') "
+  # A waiter's parent may have the file open too (`exec 9>LOCK; flock 9`).
+  waiters=" $(for pid in $(lock_locks_pids waiters); do echo "$pid"; awk '{ print $4 }' "/proc/$pid/stat" 2>/dev/null; done | tr '\n' ' ') "
   for p in /proc/[0-9]*; do
     pid="${p#/proc/}"
     [[ "$waiters" == *" $pid "* ]] && continue
