@@ -189,9 +189,7 @@ pub fn external_controller_label(managed_by: &str, namespace: &str, job_uid: &st
         return managed_by.to_string();
     }
     let held = s.held.get(namespace).copied().unwrap_or(0);
-    if s.slotted.len() < MAX_EXTERNAL_CONTROLLERS
-        && held < MAX_EXTERNAL_CONTROLLERS_PER_NAMESPACE
-    {
+    if s.slotted.len() < MAX_EXTERNAL_CONTROLLERS && held < MAX_EXTERNAL_CONTROLLERS_PER_NAMESPACE {
         s.slotted
             .insert(managed_by.to_string(), namespace.to_string());
         *s.held.entry(namespace.to_string()).or_default() += 1;

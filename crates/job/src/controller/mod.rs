@@ -118,7 +118,7 @@ pub struct JobController<P = ApiPort> {
     /// Our status writes and the foreign ones seen (`--on-conflict`).
     pub conflict: crate::conflict::Ledger,
     /// The Workload and PodGroup informers, with `WorkloadWithJob` on
-    /// (1.37's v1beta1 ones, or 1.36's v1alpha2 ones; never both).
+    /// (1.37's v1beta1 ones, or 1.36's v1alpha2 ones).
     pub scheduling: Option<scheduling::Scheduling>,
 }
 
