@@ -40,7 +40,7 @@ use kcm_pod::CachedPod;
 use kcm_runtime::controller::{ControllerContext, ControllerSpec, InitError, Started};
 use kcm_runtime::events::Recorder;
 use kcm_runtime::informer::{BY_NAMESPACE, namespace_index};
-use kcm_runtime::workqueue::{RateLimit, WorkQueue};
+use kcm_runtime::workqueue::{RateLimit, WorkQueue, namespace_lane};
 
 pub use crate::controller::{Controller, Owners, SyncError};
 pub use kcm_runtime::clock::Clock;
@@ -92,9 +92,19 @@ pub fn build(ctx: &ControllerContext) -> Result<Arc<Controller>, InitError> {
         owners,
         // The main and stale queues use client-go's default controller rate
         // limiter; the recheck queue is only delayed, never rate limited.
-        queue: WorkQueue::new(QUEUE, RateLimit::controller_default()),
+        // Tenants create PDBs and pods: their keys (`ns/name`) take turns by
+        // namespace (a deviation beyond upstream, see docs/fair-share.md).
+        queue: WorkQueue::fair(
+            QUEUE,
+            RateLimit::controller_default(),
+            namespace_lane::<String>,
+        ),
         recheck: WorkQueue::new(RECHECK_QUEUE, RateLimit::controller_default()),
-        stale: WorkQueue::new(STALE_QUEUE, RateLimit::controller_default()),
+        stale: WorkQueue::fair(
+            STALE_QUEUE,
+            RateLimit::controller_default(),
+            namespace_lane::<String>,
+        ),
         stale_timeout,
         pdb_workers: usize::try_from(settings.concurrent_disruption_syncs)
             .unwrap_or(1)
