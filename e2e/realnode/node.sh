@@ -355,7 +355,7 @@ down() {
   # The kubelet first, so it restarts nothing; then the pods through CRI
   # (StopPodSandbox runs CNI DEL: veths, IPs, network namespaces).
   stop kubelet 20
-  for c in kube-scheduler kcm-helpers; do stop "$c"; done
+  for c in kube-proxy kube-scheduler kcm-helpers; do stop "$c"; done
   if alive containerd; then
     local nb
     nb="$(node_bin "$(cat "$STATE/version" 2>/dev/null || echo 1.34)")"
