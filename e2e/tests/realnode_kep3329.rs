@@ -28,7 +28,6 @@ mod procs;
 #[path = "realnode/support.rs"]
 mod support;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod, ResourceRequirements, Taint};
@@ -36,7 +35,6 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams};
-use procs::{Controllers, Which};
 use serde_json::json;
 use support::{
     PodEnd, RealNode, Scenario, accounted, bare_pod, between, main_container, pod_spec,
@@ -483,49 +481,15 @@ async fn evict_under_pdb(
 #[ignore = "needs a real node session: make realnode-kep"]
 async fn kep3329_every_source_of_disruption_target_kcm_rs_as_kcm() {
     let node = RealNode::from_session().await;
-    let causes: Vec<Cause> = match std::env::var("KCM_KEP_CAUSES") {
-        Ok(only) if !only.trim().is_empty() => Cause::ALL
-            .into_iter()
-            .filter(|c| only.split(',').any(|o| o.trim() == c.slug()))
-            .collect(),
-        _ => Cause::ALL.to_vec(),
-    };
+    let causes = procs::selected("KCM_KEP_CAUSES", &Cause::ALL, Cause::slug);
     node.wait_ready_untainted(Duration::from_secs(60))
         .await
         .expect("node");
     let alloc = node.allocatable_cpu_milli().await;
-    let mut results = BTreeMap::new();
-    let mut failures = Vec::new();
-    for which in Which::BOTH {
-        let mut ctl = Controllers::start(which, &node, "kep3329");
-        for &cause in &causes {
-            let began = Instant::now();
-            let o = run(&node, cause, alloc).await;
-            eprintln!(
-                "[{}] {} in {:.0?}: victims {:?} counted {:?} conditions {:?} failed {} notes {:?} error {:?}",
-                which.label(),
-                cause.slug(),
-                began.elapsed(),
-                o.victims,
-                o.failed_after,
-                o.conditions,
-                o.failed_end,
-                o.notes,
-                o.error
-            );
-            if !ctl.alive() {
-                failures.push(format!(
-                    "{} exited during {} (log {})",
-                    which.label(),
-                    cause.slug(),
-                    ctl.log.display()
-                ));
-                ctl = Controllers::start(which, &node, "kep3329");
-            }
-            results.insert((cause, which), o);
-        }
-        ctl.stop();
-    }
+    let (results, mut failures) = procs::both_passes(&node, "kep3329", &causes, Cause::slug, |c| {
+        run(&node, c, alloc)
+    })
+    .await;
     let table = kep_report::render(&node, &results, &causes);
     support::write_result(&format!("{}-kep3329.md", node.version), &table);
 

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{DeleteParams, Patch, PatchParams};
-use procs::{Controllers, Which};
+use procs::Which;
 use serde_json::json;
 use support::{
     PodEnd, RealNode, Scenario, between, job_has, pod_spec, scenario_job, secs, set_env, terminal,
@@ -206,275 +206,248 @@ async fn drive(sc: &Scenario<'_>, case: Case, out: &mut Outcome) -> Result<(), S
             let (victim, siblings) = (&pods[0], &pods[1..]);
             sc.node.signal(&sc.ns, victim, "42");
             let t42 = Instant::now();
-            sc.wait_job(JOB, Duration::from_secs(90), "Failed", |j| {
-                job_has(j, "Failed")
-            })
-            .await?;
-            let (ft, _) = first_with(sc, "FailureTarget").ok_or("no FailureTarget seen")?;
-            let (fd, failed) = first_with(sc, "Failed").ok_or("no Failed seen")?;
-            let conds: Vec<String> = sc
-                .jobw
-                .conditions(JOB)
-                .into_iter()
-                .map(|(_, l)| l)
-                .collect();
-            let deleting = siblings
-                .iter()
-                .filter_map(|p| sc.history.deleting_at(p, None))
-                .max();
-            let sib_end = siblings
-                .iter()
-                .filter_map(|p| {
-                    sc.history
-                        .first_at(p, None, |s| terminal(s.pod()))
-                        .map(|(_, t)| t)
-                })
-                .max();
-            out.fact("conditions", conds.join(" → "));
-            out.fact("siblings", ends(sc, siblings));
-            out.fact(
-                "terminating while FailureTarget only",
-                max_seen(sc, Some(fd), terminating),
-            );
-            out.fact(
-                "at Failed: active/terminating",
-                format!("{}/{}", active(&failed), terminating(&failed)),
-            );
-            out.check(
-                "FailureTarget then Failed",
-                conds
-                    == [
-                        "FailureTarget(PodFailurePolicy)",
-                        "Failed(PodFailurePolicy)",
-                    ],
-            );
-            out.check(
-                "siblings killed at grace end (137)",
-                siblings
-                    .iter()
-                    .all(|p| PodEnd::of(&sc.history, p).exit == "137"),
-            );
-            out.check(
-                "Failed after the siblings ended",
-                sib_end.is_some_and(|s| s <= fd),
-            );
-            out.check(
-                "Failed >= 15 s after FailureTarget",
-                between(Some(ft), Some(fd)) >= Some(Duration::from_secs(15)),
-            );
-            out.check(
-                "at Failed: none active or terminating",
-                active(&failed) == 0 && terminating(&failed) == 0,
-            );
-            out.time("exit 42 → FailureTarget", between(Some(t42), Some(ft)));
-            out.time(
-                "FailureTarget → siblings deleting",
-                between(Some(ft), deleting),
-            );
-            out.time("FailureTarget → siblings ended", between(Some(ft), sib_end));
-            out.time("FailureTarget → Failed", between(Some(ft), Some(fd)));
-            let st = failed.status.unwrap_or_default();
-            out.fact(
-                "failed/succeeded at Failed",
-                format!("{}/{}", st.failed.unwrap_or(0), st.succeeded.unwrap_or(0)),
-            );
-        }
-        Case::ReplaceFailed | Case::ReplaceTerminating => {
-            let victim = &pods[0];
-            sc.pods
-                .delete(victim, &DeleteParams::default())
-                .await
-                .map_err(|e| format!("delete {victim}: {e}"))?;
-            let t_del = Instant::now();
-            // The replacement: the first new pod name the watch shows.
-            let end = Instant::now() + Duration::from_secs(60);
-            let rep_at = loop {
-                let found = sc.history.all().iter().find_map(|s| {
-                    let name = s.pod().metadata.name.clone()?;
-                    (!pods.contains(&name)).then_some(name)
-                });
-                if let Some(name) = found {
-                    break sc.history.first_at(&name, None, |_| true).map(|(_, t)| t);
-                }
-                if Instant::now() > end {
-                    return Err("no replacement within 60 s".into());
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            };
-            let victim_end =
-                wait_seen(&sc.history, victim, Duration::from_secs(60), terminal).await;
-            sc.wait_running(JOB, 2, Duration::from_secs(60)).await?;
-            let after = rep_at.zip(victim_end).is_some_and(|(r, v)| r >= v);
-            out.fact("replacement after the deleted pod is Failed", after);
-            out.fact("deleted pod", ends(sc, std::slice::from_ref(victim)));
-            out.fact("max terminating", max_seen(sc, None, terminating));
-            let gap = between(Some(t_del), rep_at);
-            if case == Case::ReplaceFailed {
-                out.check("replacement only once the pod is Failed", after);
-                out.check(
-                    "replacement >= 15 s after the delete",
-                    gap >= Some(Duration::from_secs(15)),
-                );
-            } else {
-                // The replacement comes after the Job's backoff for the
-                // deleted pod (10 s), before the pod has ended.
-                out.check("replacement while the pod terminates", !after);
-            }
-            out.check(
-                "deleted pod killed at grace end (137)",
-                PodEnd::of(&sc.history, victim).exit == "137",
-            );
-            out.time("delete → replacement", gap);
-            out.time(
-                "delete → deleted pod Failed",
-                between(Some(t_del), victim_end),
-            );
-            let st = sc
-                .jobs
-                .get(JOB)
-                .await
-                .map_err(|e| e.to_string())?
-                .status
-                .unwrap_or_default();
-            out.fact("failed", st.failed.unwrap_or(0));
+            failed_after_grace(
+                sc,
+                out,
+                "PodFailurePolicy",
+                siblings,
+                20,
+                ("exit 42", Some(t42)),
+            )
+            .await
         }
         Case::Deadline => {
-            sc.wait_job(JOB, Duration::from_secs(90), "Failed", |j| {
-                job_has(j, "Failed")
-            })
-            .await?;
+            let wait = sc.wait_job(JOB, Duration::from_secs(90), "FailureTarget", |j| {
+                job_has(j, "FailureTarget")
+            });
+            wait.await?;
             let start = sc
                 .jobw
                 .first(JOB, |j| {
                     j.status.as_ref().is_some_and(|s| s.start_time.is_some())
                 })
                 .map(|(t, _)| t);
-            let (ft, _) = first_with(sc, "FailureTarget").ok_or("no FailureTarget seen")?;
-            let (fd, failed) = first_with(sc, "Failed").ok_or("no Failed seen")?;
-            let conds: Vec<String> = sc
-                .jobw
-                .conditions(JOB)
-                .into_iter()
-                .map(|(_, l)| l)
-                .collect();
-            let deleting = pods
-                .iter()
-                .filter_map(|p| sc.history.deleting_at(p, None))
-                .max();
-            let ended = pods
-                .iter()
-                .filter_map(|p| {
-                    sc.history
-                        .first_at(p, None, |s| terminal(s.pod()))
-                        .map(|(_, t)| t)
-                })
-                .max();
-            out.fact("conditions", conds.join(" → "));
-            out.fact("pods", ends(sc, &pods));
-            out.fact(
-                "at Failed: active/terminating",
-                format!("{}/{}", active(&failed), terminating(&failed)),
-            );
-            let st = failed.status.clone().unwrap_or_default();
-            out.fact(
-                "failed/succeeded at Failed",
-                format!("{}/{}", st.failed.unwrap_or(0), st.succeeded.unwrap_or(0)),
-            );
-            out.check(
-                "FailureTarget then Failed (DeadlineExceeded)",
-                conds
-                    == [
-                        "FailureTarget(DeadlineExceeded)",
-                        "Failed(DeadlineExceeded)",
-                    ],
-            );
-            out.check(
-                "running pods deleted and killed (137)",
-                pods.iter()
-                    .all(|p| PodEnd::of(&sc.history, p).exit == "137"),
-            );
-            out.check(
-                "Failed after the pods ended",
-                ended.is_some_and(|e| e <= fd),
-            );
-            out.check(
-                "at Failed: none active or terminating",
-                active(&failed) == 0 && terminating(&failed) == 0,
-            );
-            out.time("start → FailureTarget", between(start, Some(ft)));
-            out.time("FailureTarget → pods deleting", between(Some(ft), deleting));
-            out.time("FailureTarget → Failed", between(Some(ft), Some(fd)));
+            failed_after_grace(sc, out, "DeadlineExceeded", &pods, 10, ("start", start)).await
         }
-        Case::Suspend => {
-            sc.jobs
-                .patch(
-                    JOB,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"suspend": true}})),
-                )
-                .await
-                .map_err(|e| format!("suspend: {e}"))?;
-            let t_s = Instant::now();
-            let gone = wait_gone(sc, &pods, Duration::from_secs(60)).await;
-            let j = sc
-                .wait_job(
-                    JOB,
-                    Duration::from_secs(30),
-                    "Suspended, nothing active",
-                    |j| job_has(j, "Suspended") && active(j) == 0 && terminating(j) == 0,
-                )
-                .await?;
-            let conds: Vec<String> = sc
-                .jobw
-                .conditions(JOB)
-                .into_iter()
-                .map(|(_, l)| l)
-                .collect();
-            let deleting = pods
-                .iter()
-                .filter_map(|p| sc.history.deleting_at(p, None))
-                .max();
-            let ended = pods
-                .iter()
-                .filter_map(|p| {
-                    sc.history
-                        .first_at(p, None, |s| terminal(s.pod()))
-                        .map(|(_, t)| t)
-                })
-                .max();
-            let st = j.status.clone().unwrap_or_default();
-            out.fact("conditions", conds.join(" → "));
-            out.fact("pods", ends(sc, &pods));
-            out.fact(
-                "failed/succeeded/active",
-                format!(
-                    "{}/{}/{}",
-                    st.failed.unwrap_or(0),
-                    st.succeeded.unwrap_or(0),
-                    active(&j)
-                ),
-            );
-            out.fact("max terminating", max_seen(sc, None, terminating));
-            out.check(
-                "Suspended(JobSuspended)",
-                conds.iter().any(|c| c == "Suspended(JobSuspended)"),
-            );
-            out.check(
-                "running pods deleted and killed (137)",
-                pods.iter()
-                    .all(|p| PodEnd::of(&sc.history, p).exit == "137"),
-            );
-            out.check("pods gone", gone.is_some());
-            out.check("not Failed", !job_has(&j, "Failed"));
-            out.time(
-                "suspend → Suspended",
-                between(Some(t_s), first_with(sc, "Suspended").map(|(t, _)| t)),
-            );
-            out.time("suspend → pods deleting", between(Some(t_s), deleting));
-            out.time("suspend → pods ended", between(Some(t_s), ended));
-            out.time("suspend → pods gone", between(Some(t_s), gone));
-        }
+        Case::ReplaceFailed | Case::ReplaceTerminating => replace(sc, case, &pods, out).await,
+        Case::Suspend => suspend(sc, &pods, out).await,
     }
+}
+
+/// The Job condition labels in the order they appeared.
+fn conditions(sc: &Scenario<'_>) -> Vec<String> {
+    sc.jobw
+        .conditions(JOB)
+        .into_iter()
+        .map(|(_, l)| l)
+        .collect()
+}
+
+/// When the last of `pods` was seen being deleted.
+fn last_deleting(sc: &Scenario<'_>, pods: &[String]) -> Option<Instant> {
+    pods.iter()
+        .filter_map(|p| sc.history.deleting_at(p, None))
+        .max()
+}
+
+/// When the last of `pods` was seen terminal.
+fn last_ended(sc: &Scenario<'_>, pods: &[String]) -> Option<Instant> {
+    let ended = |p: &String| {
+        sc.history
+            .first_at(p, None, |s| terminal(s.pod()))
+            .map(|(_, t)| t)
+    };
+    pods.iter().filter_map(ended).max()
+}
+
+fn all_killed(sc: &Scenario<'_>, pods: &[String]) -> bool {
+    pods.iter()
+        .all(|p| PodEnd::of(&sc.history, p).exit == "137")
+}
+
+/// The Job fails for `reason` while `killed` (which ignore SIGTERM, grace
+/// `grace` s) are deleted: `FailureTarget` at once, `Failed` only once they
+/// are gone. `from` names what the first timing starts at.
+async fn failed_after_grace(
+    sc: &Scenario<'_>,
+    out: &mut Outcome,
+    reason: &str,
+    killed: &[String],
+    grace: u64,
+    from: (&'static str, Option<Instant>),
+) -> Result<(), String> {
+    sc.wait_job(JOB, Duration::from_secs(90), "Failed", |j| {
+        job_has(j, "Failed")
+    })
+    .await?;
+    let (ft, _) = first_with(sc, "FailureTarget").ok_or("no FailureTarget seen")?;
+    let (fd, failed) = first_with(sc, "Failed").ok_or("no Failed seen")?;
+    let conds = conditions(sc);
+    let (deleting, ended) = (last_deleting(sc, killed), last_ended(sc, killed));
+    let st = failed.status.clone().unwrap_or_default();
+    out.fact("conditions", conds.join(" → "));
+    out.fact("pods killed", ends(sc, killed));
+    out.fact(
+        "terminating while FailureTarget only",
+        max_seen(sc, Some(fd), terminating),
+    );
+    out.fact(
+        "at Failed: active/terminating",
+        format!("{}/{}", active(&failed), terminating(&failed)),
+    );
+    out.fact(
+        "failed/succeeded at Failed",
+        format!("{}/{}", st.failed.unwrap_or(0), st.succeeded.unwrap_or(0)),
+    );
+    out.check(
+        "FailureTarget then Failed",
+        conds
+            == [
+                format!("FailureTarget({reason})"),
+                format!("Failed({reason})"),
+            ],
+    );
+    out.check(
+        "pods deleted, killed at grace end (137)",
+        all_killed(sc, killed),
+    );
+    out.check(
+        "Failed after the pods ended",
+        ended.is_some_and(|e| e <= fd),
+    );
+    out.check(
+        "Failed at least grace - 3 s after FailureTarget",
+        between(Some(ft), Some(fd)) >= Some(Duration::from_secs(grace - 3)),
+    );
+    out.check(
+        "at Failed: none active or terminating",
+        active(&failed) == 0 && terminating(&failed) == 0,
+    );
+    out.time(
+        match from.0 {
+            "start" => "start → FailureTarget",
+            _ => "exit 42 → FailureTarget",
+        },
+        between(from.1, Some(ft)),
+    );
+    out.time("FailureTarget → pods deleting", between(Some(ft), deleting));
+    out.time("FailureTarget → pods ended", between(Some(ft), ended));
+    out.time("FailureTarget → Failed", between(Some(ft), Some(fd)));
+    Ok(())
+}
+
+/// One pod deleted: when does its replacement come?
+async fn replace(
+    sc: &Scenario<'_>,
+    case: Case,
+    pods: &[String],
+    out: &mut Outcome,
+) -> Result<(), String> {
+    let victim = &pods[0];
+    sc.pods
+        .delete(victim, &DeleteParams::default())
+        .await
+        .map_err(|e| format!("delete {victim}: {e}"))?;
+    let t_del = Instant::now();
+    // The replacement: the first new pod name the watch shows.
+    let end = Instant::now() + Duration::from_secs(60);
+    let rep_at = loop {
+        let found = sc.history.all().iter().find_map(|s| {
+            let name = s.pod().metadata.name.clone()?;
+            (!pods.contains(&name)).then_some(name)
+        });
+        if let Some(name) = found {
+            break sc.history.first_at(&name, None, |_| true).map(|(_, t)| t);
+        }
+        if Instant::now() > end {
+            return Err("no replacement within 60 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let victim_end = wait_seen(&sc.history, victim, Duration::from_secs(60), terminal).await;
+    sc.wait_running(JOB, 2, Duration::from_secs(60)).await?;
+    let after = rep_at.zip(victim_end).is_some_and(|(r, v)| r >= v);
+    out.fact("replacement after the deleted pod is Failed", after);
+    out.fact("deleted pod", ends(sc, std::slice::from_ref(victim)));
+    out.fact("max terminating", max_seen(sc, None, terminating));
+    let gap = between(Some(t_del), rep_at);
+    if case == Case::ReplaceFailed {
+        out.check("replacement only once the pod is Failed", after);
+        out.check(
+            "replacement >= 15 s after the delete",
+            gap >= Some(Duration::from_secs(15)),
+        );
+    } else {
+        // The replacement comes after the Job's backoff for the deleted pod
+        // (10 s), before the pod has ended.
+        out.check("replacement while the pod terminates", !after);
+    }
+    out.check(
+        "deleted pod killed at grace end (137)",
+        all_killed(sc, std::slice::from_ref(victim)),
+    );
+    out.time("delete → replacement", gap);
+    out.time(
+        "delete → deleted pod Failed",
+        between(Some(t_del), victim_end),
+    );
+    let job = sc.jobs.get(JOB).await.map_err(|e| e.to_string())?;
+    out.fact("failed", job.status.and_then(|s| s.failed).unwrap_or(0));
+    Ok(())
+}
+
+/// Suspending deletes the running pods; they die at the end of their grace.
+async fn suspend(sc: &Scenario<'_>, pods: &[String], out: &mut Outcome) -> Result<(), String> {
+    let patch = Patch::Merge(json!({"spec": {"suspend": true}}));
+    sc.jobs
+        .patch(JOB, &PatchParams::default(), &patch)
+        .await
+        .map_err(|e| format!("suspend: {e}"))?;
+    let t_s = Instant::now();
+    let gone = wait_gone(sc, pods, Duration::from_secs(60)).await;
+    let j = sc
+        .wait_job(
+            JOB,
+            Duration::from_secs(30),
+            "Suspended, nothing active",
+            |j| job_has(j, "Suspended") && active(j) == 0 && terminating(j) == 0,
+        )
+        .await?;
+    let conds = conditions(sc);
+    let st = j.status.clone().unwrap_or_default();
+    out.fact("conditions", conds.join(" → "));
+    out.fact("pods", ends(sc, pods));
+    out.fact(
+        "failed/succeeded/active",
+        format!(
+            "{}/{}/{}",
+            st.failed.unwrap_or(0),
+            st.succeeded.unwrap_or(0),
+            active(&j)
+        ),
+    );
+    out.fact("max terminating", max_seen(sc, None, terminating));
+    out.check(
+        "Suspended(JobSuspended)",
+        conds.iter().any(|c| c == "Suspended(JobSuspended)"),
+    );
+    out.check(
+        "running pods deleted and killed (137)",
+        all_killed(sc, pods),
+    );
+    out.check("pods gone", gone.is_some());
+    out.check("not Failed", !job_has(&j, "Failed"));
+    let suspended = first_with(sc, "Suspended").map(|(t, _)| t);
+    out.time("suspend → Suspended", between(Some(t_s), suspended));
+    out.time(
+        "suspend → pods deleting",
+        between(Some(t_s), last_deleting(sc, pods)),
+    );
+    out.time(
+        "suspend → pods ended",
+        between(Some(t_s), last_ended(sc, pods)),
+    );
+    out.time("suspend → pods gone", between(Some(t_s), gone));
     Ok(())
 }
 
@@ -540,42 +513,12 @@ fn render(node: &RealNode, results: &BTreeMap<(Case, Which), Outcome>, cases: &[
 #[ignore = "needs a real node session: make realnode-termination"]
 async fn graceful_termination_of_real_pods_kcm_rs_as_kcm() {
     let node = RealNode::from_session().await;
-    let cases: Vec<Case> = match std::env::var("KCM_TERM_CASES") {
-        Ok(only) if !only.trim().is_empty() => Case::ALL
-            .into_iter()
-            .filter(|c| only.split(',').any(|o| o.trim() == c.slug()))
-            .collect(),
-        _ => Case::ALL.to_vec(),
-    };
+    let cases = procs::selected("KCM_TERM_CASES", &Case::ALL, Case::slug);
     node.wait_ready_untainted(Duration::from_secs(60))
         .await
         .expect("node");
-    let mut results = BTreeMap::new();
-    let mut failures = Vec::new();
-    for which in Which::BOTH {
-        let mut ctl = Controllers::start(which, &node, "termination");
-        for &case in &cases {
-            let began = Instant::now();
-            let o = run(&node, case).await;
-            eprintln!(
-                "[{}] {} in {:.0?}: {o:?}",
-                which.label(),
-                case.slug(),
-                began.elapsed()
-            );
-            if !ctl.alive() {
-                failures.push(format!(
-                    "{} exited during {} (log {})",
-                    which.label(),
-                    case.slug(),
-                    ctl.log.display()
-                ));
-                ctl = Controllers::start(which, &node, "termination");
-            }
-            results.insert((case, which), o);
-        }
-        ctl.stop();
-    }
+    let (results, mut failures) =
+        procs::both_passes(&node, "termination", &cases, Case::slug, |c| run(&node, c)).await;
     let table = render(&node, &results, &cases);
     support::write_result(&format!("{}-termination.md", node.version), &table);
     for ((case, which), o) in &results {

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
+use std::fmt::Debug;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -297,4 +299,57 @@ impl Drop for Controllers {
     fn drop(&mut self) {
         self.halt();
     }
+}
+
+/// The cases `$var` names (comma separated slugs), else all of them.
+pub fn selected<C: Copy>(var: &str, all: &[C], slug: impl Fn(C) -> &'static str) -> Vec<C> {
+    match std::env::var(var) {
+        Ok(only) if !only.trim().is_empty() => all
+            .iter()
+            .copied()
+            .filter(|c| only.split(',').any(|o| o.trim() == slug(*c)))
+            .collect(),
+        _ => all.to_vec(),
+    }
+}
+
+/// Runs every case under kcm-rs, then every case under KCM (one
+/// [`Controllers`] per pass, started again if it died: that is reported).
+/// Returns each outcome by case and controllers, and the deaths.
+pub async fn both_passes<C, O, F, Fut>(
+    node: &RealNode,
+    test: &str,
+    cases: &[C],
+    slug: impl Fn(C) -> &'static str,
+    mut run: F,
+) -> (BTreeMap<(C, Which), O>, Vec<String>)
+where
+    C: Copy + Ord,
+    O: Debug,
+    F: FnMut(C) -> Fut,
+    Fut: std::future::Future<Output = O>,
+{
+    let mut results = BTreeMap::new();
+    let mut deaths = Vec::new();
+    for which in Which::BOTH {
+        let mut ctl = Controllers::start(which, node, test);
+        for &c in cases {
+            let began = Instant::now();
+            let o = run(c).await;
+            let took = began.elapsed();
+            eprintln!("[{}] {} in {took:.0?}: {o:?}", which.label(), slug(c));
+            if !ctl.alive() {
+                deaths.push(format!(
+                    "{} exited during {} (log {})",
+                    which.label(),
+                    slug(c),
+                    ctl.log.display()
+                ));
+                ctl = Controllers::start(which, node, test);
+            }
+            results.insert((c, which), o);
+        }
+        ctl.stop();
+    }
+    (results, deaths)
 }
