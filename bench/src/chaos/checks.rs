@@ -6,6 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use serde_json::Value;
 
 use super::{ChaosReport, TRACKING};
@@ -16,10 +17,6 @@ pub(super) fn has_tracking(p: &Pod) -> bool {
         .finalizers
         .as_ref()
         .is_some_and(|f| f.iter().any(|x| x == TRACKING))
-}
-
-pub(super) fn name_of(p: &Pod) -> String {
-    p.metadata.name.clone().unwrap_or_default()
 }
 
 /// Counters never decrease; a UID never re-enters the uncounted lists.
@@ -158,7 +155,7 @@ pub(super) fn check_pods(
     let mut target_before_delete: HashSet<String> = HashSet::new();
     for seen in &events {
         let p = seen.pod();
-        let name = name_of(p);
+        let name = p.name_any();
         let job = p
             .metadata
             .labels

@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::process::{Child, Command};
@@ -44,7 +44,7 @@ use kcm_e2e::faults::{self, Fault, FaultProxy, FaultSettings};
 mod checks;
 mod trace;
 pub use checks::compare;
-use checks::{check_counts, check_disruption_order, check_jobs, check_pods, has_tracking, name_of};
+use checks::{check_counts, check_disruption_order, check_jobs, check_pods, has_tracking};
 use kcm_e2e::history::PodHistory;
 use kcm_e2e::{ControlPlane, HarnessError, TestNamespace};
 use kcm_sim::{self as sim, SimConfig, SimStats};
@@ -429,7 +429,7 @@ pub async fn run(
     for p in final_pods.iter().filter(|p| has_tracking(p)) {
         report
             .violations
-            .push(format!("tracking finalizer left on {}", name_of(p)));
+            .push(format!("tracking finalizer left on {}", p.name_any()));
     }
     let names = trace::pod_names(&pods_history);
     check_jobs(&jobs_history.lock(), &names, &mut report.violations);

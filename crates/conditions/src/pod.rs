@@ -49,17 +49,23 @@ pub fn update_pod_condition(
     !equal
 }
 
-/// The pod's phase, or "" when unset.
-pub fn phase(pod: &CachedPod) -> &str {
-    pod.phase()
-}
-
-/// Phase `Succeeded` or `Failed`.
+/// Phase `Succeeded` or `Failed` (upstream `podutil.IsPodTerminal`).
 pub fn is_pod_terminal(pod: &CachedPod) -> bool {
     matches!(pod.phase(), "Succeeded" | "Failed")
 }
 
-/// The `Ready` condition exists and is `True` (phase is not consulted).
+/// Not terminal and not being deleted (upstream `controller.IsPodActive`).
+pub fn is_pod_active(pod: &CachedPod) -> bool {
+    !is_pod_terminal(pod) && !pod.is_deleting()
+}
+
+/// Not terminal and being deleted (upstream `controller.IsPodTerminating`).
+pub fn is_pod_terminating(pod: &CachedPod) -> bool {
+    !is_pod_terminal(pod) && pod.is_deleting()
+}
+
+/// The `Ready` condition exists and is `True`, phase not consulted
+/// (upstream `podutil.IsPodReady`).
 pub fn is_pod_ready(pod: &CachedPod) -> bool {
     pod.condition("Ready").is_some_and(|c| &*c.status == "True")
 }
@@ -168,5 +174,23 @@ mod tests {
         let cached = CachedPod::from(&p);
         assert!(is_pod_terminal(&cached) && is_pod_ready(&cached) && is_evicted(&cached));
         assert!(!is_node_ready(&Node::default()));
+        let pod = |phase: &str, deleting: bool| {
+            CachedPod::from(Pod {
+                metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    deletion_timestamp: deleting.then_some(Time(Timestamp::UNIX_EPOCH)),
+                    ..Default::default()
+                },
+                status: Some(PodStatus {
+                    phase: Some(phase.into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+        };
+        assert!(is_pod_active(&pod("Running", false)));
+        assert!(is_pod_terminating(&pod("Running", true)));
+        assert!(!is_pod_terminating(&pod("Failed", true)));
+        assert!(!is_pod_active(&pod("Succeeded", false)));
+        assert!(!is_pod_active(&pod("Pending", true)));
     }
 }

@@ -11,7 +11,7 @@ use std::future::Future;
 use k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kcm_pod::{CachedPod, ControllerRef};
+use kcm_pod::CachedPod;
 
 /// Why the expected count could not be computed; the text is what upstream
 /// puts in the event and the `SyncFailed` condition message.
@@ -87,11 +87,6 @@ fn parse_atoi(s: &str) -> Option<i64> {
     s.parse().ok()
 }
 
-/// The pod's controller ownerReference, if any.
-pub fn controller_of(pod: &CachedPod) -> Option<&ControllerRef> {
-    pod.controller()
-}
-
 /// Whether the PDB's arithmetic needs its pods' controllers' scale:
 /// `maxUnavailable`, or a percentage `minAvailable`.
 pub fn needs_scale(spec: &PodDisruptionBudgetSpec) -> bool {
@@ -113,7 +108,7 @@ impl Scales {
     pub async fn fetch<F: Finder>(pods: &[&CachedPod], finder: &F) -> Scales {
         let mut out = Scales::default();
         for pod in pods {
-            let Some(owner) = controller_of(pod) else {
+            let Some(owner) = pod.controller() else {
                 continue;
             };
             if out.found.contains_key(&*owner.uid) {
@@ -159,7 +154,7 @@ pub fn expected_scale(
     let mut unmanaged = Vec::new();
     for pod in pods {
         let name = pod.name().to_string();
-        let Some(owner) = controller_of(pod) else {
+        let Some(owner) = pod.controller() else {
             unmanaged.push(name);
             continue;
         };

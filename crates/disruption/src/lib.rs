@@ -40,7 +40,7 @@ use kcm_pod::CachedPod;
 use kcm_runtime::controller::{ControllerContext, ControllerSpec, InitError, Started};
 use kcm_runtime::events::Recorder;
 use kcm_runtime::informer::{BY_NAMESPACE, namespace_index};
-use kcm_runtime::workqueue::{RateLimit, WorkQueue, namespace_lane};
+use kcm_runtime::workqueue::{RetryRateLimit, WorkQueue, namespace_lane};
 
 pub use crate::controller::{Controller, Owners, SyncError};
 pub use kcm_runtime::clock::Clock;
@@ -96,13 +96,13 @@ pub fn build(ctx: &ControllerContext) -> Result<Arc<Controller>, InitError> {
         // namespace (a deviation beyond upstream, see docs/fair-share.md).
         queue: WorkQueue::fair(
             QUEUE,
-            RateLimit::controller_default(),
+            RetryRateLimit::controller_default(),
             namespace_lane::<String>,
         ),
-        recheck: WorkQueue::new(RECHECK_QUEUE, RateLimit::controller_default()),
+        recheck: WorkQueue::new(RECHECK_QUEUE, RetryRateLimit::controller_default()),
         stale: WorkQueue::fair(
             STALE_QUEUE,
-            RateLimit::controller_default(),
+            RetryRateLimit::controller_default(),
             namespace_lane::<String>,
         ),
         stale_timeout,

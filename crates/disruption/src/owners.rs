@@ -9,6 +9,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::ReplicationController;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kcm_pod::meta::controller_of;
 
 use crate::expected::{ControllerScale, ExpectedError, parse_group_version};
 
@@ -34,15 +35,6 @@ fn replicas(r: Option<i32>) -> i32 {
 
 fn uid_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
     meta.uid.as_deref().unwrap_or("")
-}
-
-fn controller_of(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> Option<&OwnerReference> {
-    meta.owner_references
-        .as_deref()?
-        .iter()
-        .find(|o| o.controller == Some(true))
 }
 
 const RS_GROUPS: &[&str] = &["apps", "extensions"];

@@ -17,12 +17,13 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Container, EnvVar, EnvVarSource, ObjectFieldSelector, PodSpec};
+use kcm_conditions::pod::{is_pod_active, is_pod_terminating};
 use kcm_pod::CachedPod;
 
 use crate::pods::{
     JOB_COMPLETION_INDEX, JOB_COMPLETION_INDEX_ENV, completion_index, completions,
-    has_tracking_finalizer, index_failure_count, index_ignored_failure_count, is_active,
-    is_pod_failed, is_terminating, only_replace_failed_pods, phase, valid_index,
+    index_failure_count, index_ignored_failure_count, is_pod_failed, only_replace_failed_pods,
+    valid_index,
 };
 
 mod intervals;
@@ -86,7 +87,7 @@ pub fn succeeded_indexes<P: Borrow<CachedPod>>(
     let new: BTreeSet<i32> = pods
         .iter()
         .map(Borrow::borrow)
-        .filter(|p| phase(p) == "Succeeded" && has_tracking_finalizer(p))
+        .filter(|p| p.phase() == "Succeeded" && p.has_tracking_finalizer())
         .filter_map(|p| valid_index(p, job))
         .collect();
     let merged = prev.with_ordered_indexes(&sorted_vec(new));
@@ -144,7 +145,7 @@ pub fn failed_indexes<P: Borrow<CachedPod>>(
     let new: BTreeSet<i32> = pods
         .iter()
         .map(Borrow::borrow)
-        .filter(|p| has_tracking_finalizer(p))
+        .filter(|p| p.has_tracking_finalizer())
         .filter_map(|p| valid_index(p, job).filter(|_| is_index_failed(job, p, verdict)))
         .collect();
     prev.with_ordered_indexes(&sorted_vec(new))
@@ -166,10 +167,10 @@ pub fn first_pending_indexes<P: Borrow<CachedPod>>(
     if count == 0 || completions <= 0 {
         return Vec::new();
     }
-    let active = indexes_of(pods, is_active);
+    let active = indexes_of(pods, is_pod_active);
     let mut taken = succeeded.with_ordered_indexes(&sorted_vec(active));
     if only_replace_failed_pods(job) {
-        let terminating = indexes_of(pods, is_terminating);
+        let terminating = indexes_of(pods, is_pod_terminating);
         taken = taken.with_ordered_indexes(&sorted_vec(terminating));
     }
     if let Some(failed) = failed {
@@ -217,7 +218,7 @@ pub fn pods_with_delayed_deletion_per_index<'a, P: Borrow<CachedPod>>(
     expected_rm_finalizers: &HashSet<String>,
     finish_time: &dyn Fn(&CachedPod) -> Option<Timestamp>,
 ) -> BTreeMap<i32, &'a P> {
-    let active = indexes_of(pods, is_active);
+    let active = indexes_of(pods, is_pod_active);
     let absolute = |p: &CachedPod| {
         i64::from(index_failure_count(p)) + i64::from(index_ignored_failure_count(p))
     };
@@ -225,7 +226,7 @@ pub fn pods_with_delayed_deletion_per_index<'a, P: Borrow<CachedPod>>(
     for entry in pods {
         let p: &CachedPod = entry.borrow();
         let uid = p.uid();
-        if !has_tracking_finalizer(p) || expected_rm_finalizers.contains(uid) {
+        if !p.has_tracking_finalizer() || expected_rm_finalizers.contains(uid) {
             continue;
         }
         let Some(ix) = valid_index(p, job) else {

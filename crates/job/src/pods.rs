@@ -1,10 +1,11 @@
-//! Constants of the batch/v1 API and the pod predicates every part of the
-//! Job controller shares (upstream: batch/v1 types.go, controller_utils.go,
-//! job_controller.go `isPodFailed`, indexed_job_utils.go annotation readers).
+//! Constants of the batch/v1 API and the Job's own pod predicates
+//! (upstream: batch/v1 types.go, job_controller.go `isPodFailed`,
+//! indexed_job_utils.go annotation readers); the predicates every
+//! controller shares are `kcm_conditions::pod`'s.
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kcm_pod::{CachedPod, ControllerRef};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kcm_pod::CachedPod;
 
 /// Annotation (read) and label (written) holding a pod's completion index.
 pub use kcm_pod::JOB_COMPLETION_INDEX;
@@ -18,11 +19,6 @@ pub use kcm_pod::JOB_TRACKING_FINALIZER;
 pub const JOB_CONTROLLER_NAME: &str = "kubernetes.io/job-controller";
 /// Env var carrying the completion index into Indexed pods.
 pub const JOB_COMPLETION_INDEX_ENV: &str = "JOB_COMPLETION_INDEX";
-
-/// The pod's controller ownerReference, if any.
-pub fn controller_of(pod: &CachedPod) -> Option<&ControllerRef> {
-    pod.controller()
-}
 
 /// Complete=True or Failed=True.
 pub fn is_finished(job: &Job) -> bool {
@@ -47,45 +43,12 @@ pub fn managed_by_other<'a>(job: &'a Job, own: &str) -> Option<&'a str> {
     (named != own).then_some(named)
 }
 
-/// Phase of a pod, "" when unset.
-pub fn phase(pod: &CachedPod) -> &str {
-    pod.phase()
-}
-
-pub fn is_terminal(pod: &CachedPod) -> bool {
-    matches!(phase(pod), "Succeeded" | "Failed")
-}
-
-/// Not terminal and not being deleted.
-pub fn is_active(pod: &CachedPod) -> bool {
-    !is_terminal(pod) && !pod.is_deleting()
-}
-
-/// Not terminal and being deleted.
-pub fn is_terminating(pod: &CachedPod) -> bool {
-    !is_terminal(pod) && pod.is_deleting()
-}
-
-/// The `Ready` condition is True.
-pub fn is_ready(pod: &CachedPod) -> bool {
-    kcm_conditions::pod::is_pod_ready(pod)
-}
-
-pub fn has_tracking_finalizer(pod: &CachedPod) -> bool {
-    pod.has_tracking_finalizer()
-}
-
 /// `podReplacementPolicy: Failed` (or, as in 1.34, any pod failure policy):
 /// terminating pods are not failures until their phase is `Failed`.
 pub fn only_replace_failed_pods(job: &Job) -> bool {
     let spec = job.spec.as_ref();
     spec.and_then(|s| s.pod_replacement_policy.as_deref()) == Some("Failed")
         || spec.is_some_and(|s| s.pod_failure_policy.is_some())
-}
-
-/// `metadata.name`, "" when unset.
-pub fn name_of(meta: &ObjectMeta) -> &str {
-    meta.name.as_deref().unwrap_or("")
 }
 
 /// The controller ownerReference a Job puts on what it creates (its pods,
@@ -104,13 +67,13 @@ pub fn controller_ref(job: &Job) -> OwnerReference {
 /// Upstream `isPodFailed`: phase `Failed`; or, unless the Job replaces only
 /// failed pods, a pod being deleted that did not succeed.
 pub fn is_pod_failed(pod: &CachedPod, job: &Job) -> bool {
-    if phase(pod) == "Failed" {
+    if pod.phase() == "Failed" {
         return true;
     }
     if only_replace_failed_pods(job) {
         return false;
     }
-    pod.is_deleting() && phase(pod) != "Succeeded"
+    pod.is_deleting() && pod.phase() != "Succeeded"
 }
 
 fn annotation<'a>(pod: &'a CachedPod, key: &str) -> Option<&'a str> {
@@ -301,13 +264,5 @@ mod tests {
             );
         }
         assert_eq!(unknown_completion_mode(&Job::default()), None);
-    }
-
-    #[test]
-    fn active_and_terminating() {
-        assert!(is_active(&pod("Running", false, &[])));
-        assert!(is_terminating(&pod("Running", true, &[])));
-        assert!(!is_terminating(&pod("Failed", true, &[])));
-        assert!(!is_active(&pod("Succeeded", false, &[])));
     }
 }

@@ -34,15 +34,10 @@ impl From<&Pod> for CachedPod {
             index_failure_count: annotation(JOB_INDEX_FAILURE_COUNT),
             index_ignored_failure_count: annotation(JOB_INDEX_IGNORED_FAILURE_COUNT),
         };
-        let controller = meta
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|r| r.controller == Some(true))
-            .map(|r| {
-                let (v, k, b) = (&r.api_version, &r.kind, r.block_owner_deletion);
-                Box::new(ControllerRef::new(v, k, &r.name, &r.uid, b))
-            });
+        let controller = crate::meta::controller_of(meta).map(|r| {
+            let (v, k, b) = (&r.api_version, &r.kind, r.block_owner_deletion);
+            Box::new(ControllerRef::new(v, k, &r.name, &r.uid, b))
+        });
         let tolerations = spec.and_then(|s| s.tolerations.as_ref()).map(|list| {
             let opt = |v: &Option<String>| v.as_deref().map(Into::into);
             intern_tolerations(

@@ -11,6 +11,8 @@
 //!   through the same intermediate structs and conversion;
 //! - `convert.rs`: from a full `Pod` (tests, tools, fetched pods), and the
 //!   references writes and events need;
+//! - `meta.rs`: apimachinery's metadata helpers for any object (the
+//!   controller ownerReference, `metav1.GetControllerOf`);
 //! - `intern.rs`: the shared copies of repeated strings.
 //!
 //! Data flow: the pod informer decodes each watch event into a
@@ -22,6 +24,7 @@
 mod convert;
 mod decode;
 pub mod intern;
+pub mod meta;
 mod proto;
 mod types;
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kcm_conditions::disruption::{MESSAGE_POD_GC_NODE_GONE, REASON_DELETION_BY_POD_GC};
-use kcm_conditions::pod::{is_evicted, is_node_ready, is_pod_terminal, phase};
+use kcm_conditions::pod::{is_evicted, is_node_ready, is_pod_terminal};
 use kcm_conditions::{disruption_status_patch, disruption_target};
 use kcm_pod::CachedPod;
 
@@ -71,7 +71,7 @@ pub struct Plan {
 
 /// Anything but Pending, Running and Unknown (an empty phase included).
 pub fn is_terminated(pod: &CachedPod) -> bool {
-    !matches!(phase(pod), "Pending" | "Running" | "Unknown")
+    !matches!(pod.phase(), "Pending" | "Running" | "Unknown")
 }
 
 fn node_name(pod: &CachedPod) -> &str {

@@ -186,13 +186,13 @@ impl PodGc {
 
 #[cfg(test)]
 mod tests {
-    use kcm_runtime::workqueue::RateLimit;
+    use kcm_runtime::workqueue::RetryRateLimit;
 
     use super::*;
 
     #[tokio::test(start_paused = true)]
     async fn quarantine_counts_from_the_first_sighting() {
-        let q = WorkQueue::new("orphaned_pods_nodes_test", RateLimit::default());
+        let q = WorkQueue::new("orphaned_pods_nodes_test", RetryRateLimit::default());
         let gone = BTreeSet::from(["n1".to_string()]);
         let period = Duration::from_secs(40);
         quarantine(&q, &gone, period);

@@ -16,7 +16,7 @@ pub use settings::PodGcSettings;
 
 use kcm_features::Feature;
 use kcm_runtime::controller::{ControllerContext, ControllerSpec, InitError, Started};
-use kcm_runtime::workqueue::{RateLimit, WorkQueue};
+use kcm_runtime::workqueue::{RetryRateLimit, WorkQueue};
 
 /// KCM's name and alias for this controller.
 pub const SPEC: ControllerSpec = ControllerSpec {
@@ -38,7 +38,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
         pods: ctx.informers.informer(),
         nodes: ctx.informers.informer(),
         // Upstream's delaying queue of node names under quarantine.
-        queue: WorkQueue::new("orphaned_pods_nodes", RateLimit::default()),
+        queue: WorkQueue::new("orphaned_pods_nodes", RetryRateLimit::default()),
         config: decide::Config {
             terminated_pod_threshold: settings.terminated_pod_gc_threshold,
             disruption_conditions: ctx.features.enabled(Feature::PodDisruptionConditions),

@@ -10,7 +10,8 @@
 //! requests served by namespace in turns, bounded retries, per-controller
 //! identities) and record through [`events`];
 //! [`clock`] (the one clock: wall and monotonic time, paused in tests),
-//! [`expectations`], [`selector`], [`metrics`] (the process registry),
+//! [`expectations`], [`selector`], [`hash`] (Go's FNV-1a, where kcm-rs
+//! must hash as upstream does), [`metrics`] (the process registry),
 //! [`leader`] (leader election), [`controller`] (the registry of
 //! controllers and what they get at start-up, each controller's settings
 //! by type) and [`flag_values`] (Go-style flag values) complete it.
@@ -25,6 +26,7 @@ pub mod controller;
 pub mod events;
 pub mod expectations;
 pub mod flag_values;
+pub mod hash;
 pub mod host;
 pub mod informer;
 pub mod leader;

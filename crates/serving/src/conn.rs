@@ -275,13 +275,13 @@ pub struct Tracker {
 }
 
 /// A connection's place in the [`Tracker`], freed on drop.
-pub struct Slot {
+pub struct ConnSlot {
     tracker: Arc<Tracker>,
     id: u64,
     pub state: Arc<ConnState>,
 }
 
-impl Drop for Slot {
+impl Drop for ConnSlot {
     fn drop(&mut self) {
         if self.state.released.is_cancelled() {
             self.tracker.released.fetch_sub(1, Ordering::Relaxed);
@@ -307,7 +307,7 @@ impl Tracker {
     /// A slot for a new connection, closing another when full (the first
     /// kind in the module note's order, oldest first); `None` when none may
     /// be closed.
-    pub fn admit(self: &Arc<Self>) -> Option<Slot> {
+    pub fn admit(self: &Arc<Self>) -> Option<ConnSlot> {
         let mut conns = self.conns.lock();
         if conns.len() >= self.max {
             let mut victim: Option<(u8, u64)> = None;
@@ -348,7 +348,7 @@ impl Tracker {
         self.metrics
             .open
             .set(i64::try_from(conns.len()).unwrap_or(i64::MAX));
-        Some(Slot {
+        Some(ConnSlot {
             tracker: Arc::clone(self),
             id,
             state,
@@ -507,7 +507,7 @@ mod tests {
     }
 
     /// A connection that sent its first request (headers being read).
-    fn talking(t: &Arc<Tracker>) -> Slot {
+    fn talking(t: &Arc<Tracker>) -> ConnSlot {
         let s = t.admit().expect("slot");
         s.state.handshaken(false);
         s.state.on_read();
@@ -538,7 +538,8 @@ mod tests {
         let order = [&unknown, &refused, &lingering, &young, &fresh, &trusted];
         for (i, victim) in order.iter().enumerate() {
             let newcomer = t.admit().expect("room is made");
-            let gone = |s: &Slot| s.state.evicted.is_cancelled() || s.state.released.is_cancelled();
+            let gone =
+                |s: &ConnSlot| s.state.evicted.is_cancelled() || s.state.released.is_cancelled();
             assert!(gone(victim), "victim {i}");
             for later in &order[i + 1..] {
                 assert!(!gone(later), "{i}: too early");

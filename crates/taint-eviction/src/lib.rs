@@ -33,7 +33,7 @@ use kcm_runtime::controller::{ControllerContext, ControllerSpec, InitError, Star
 use kcm_runtime::events::Recorder;
 use kcm_runtime::host::{Guarded, Host};
 use kcm_runtime::informer::{BY_NODE_NAME, Informer, pod_node_index};
-use kcm_runtime::workqueue::{RateLimit, WorkQueue};
+use kcm_runtime::workqueue::{RetryRateLimit, WorkQueue};
 use tokio_util::sync::CancellationToken;
 
 pub use crate::decide::{Decision, decide};
@@ -133,8 +133,8 @@ fn start(parts: Parts, stop: CancellationToken) -> Started {
 
     // De-duplicating queues: only an item whose handling panicked is
     // retried through them.
-    let node_queue = WorkQueue::new(NODE_QUEUE, RateLimit::controller_default());
-    let pod_queue = WorkQueue::new(POD_QUEUE, RateLimit::controller_default());
+    let node_queue = WorkQueue::new(NODE_QUEUE, RetryRateLimit::controller_default());
+    let pod_queue = WorkQueue::new(POD_QUEUE, RetryRateLimit::controller_default());
     handlers::register(&pods, &nodes, pod_queue.clone(), node_queue.clone());
 
     let run = run(

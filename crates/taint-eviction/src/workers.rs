@@ -10,6 +10,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use kcm_runtime::hash::fnv32a;
 use kcm_runtime::host::Host;
 use kcm_runtime::workqueue::WorkQueue;
 use tokio_util::sync::CancellationToken;
@@ -26,11 +27,7 @@ const POD_CHANNEL_SIZE: usize = 1;
 
 /// FNV-1a 32-bit hash of `value`, modulo `shards` (upstream `hash`).
 pub fn shard(value: &str, shards: usize) -> usize {
-    const OFFSET: u32 = 0x811c_9dc5;
-    const PRIME: u32 = 0x0100_0193;
-    let h = value
-        .bytes()
-        .fold(OFFSET, |h, b| (h ^ u32::from(b)).wrapping_mul(PRIME));
+    let h = fnv32a(&[value.as_bytes()]);
     let shards = u32::try_from(shards.max(1)).unwrap_or(u32::MAX);
     usize::try_from(h % shards).unwrap_or(0)
 }

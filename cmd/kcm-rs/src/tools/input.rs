@@ -6,6 +6,7 @@ use std::path::Path;
 use k8s_openapi::api::batch::v1::{Job, PodFailurePolicy};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kcm_job::explain::WhatIf;
+use kcm_pod::meta::is_controlled_by;
 use kube::api::{Api, ListParams};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -79,13 +80,7 @@ pub fn from_files(
 fn owned_by(pods: Vec<Pod>, uid: Option<&str>) -> Vec<Pod> {
     let Some(uid) = uid else { return pods };
     pods.into_iter()
-        .filter(|p| {
-            p.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.controller == Some(true) && o.uid == uid)
-        })
+        .filter(|p| is_controlled_by(&p.metadata, uid))
         .collect()
 }
 

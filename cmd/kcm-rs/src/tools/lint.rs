@@ -13,7 +13,8 @@ use serde_json::Value;
 
 use jiff::Timestamp;
 
-use super::{Output, ToolError, input, managed_by};
+use super::managed_by::{self, Subject};
+use super::{Output, ToolError, input};
 
 /// Which namespaces a cluster lint reads: `-A`, or `-n` (else the
 /// kubeconfig context's namespace, as kubectl).
@@ -45,23 +46,24 @@ pub async fn run(
             Scope::All => (Api::all(client.clone()), Api::all(client.clone())),
         };
         let lp = ListParams::default();
-        for j in jobs
+        let jobs = jobs
             .list(&lp)
             .await
-            .map_err(|e| ToolError(format!("listing Jobs: {e}")))?
-        {
+            .map_err(|e| ToolError(format!("listing Jobs: {e}")))?;
+        let crons = crons
+            .list(&lp)
+            .await
+            .map_err(|e| ToolError(format!("listing CronJobs: {e}")))?;
+        let subjects = || (jobs.iter().map(Subject::Job)).chain(crons.iter().map(Subject::CronJob));
+        if managed_by::any_named(subjects()) {
+            let leases = managed_by::Leases::read(&client, kcm_rs_lease, Timestamp::now()).await;
+            findings.extend(subjects().filter_map(|s| managed_by::check(s, &leases)));
+        }
+        for j in &jobs {
             docs.push(with_kind(serde_json::to_value(j)?, "Job"));
         }
-        for c in crons
-            .list(&lp)
-            .await
-            .map_err(|e| ToolError(format!("listing CronJobs: {e}")))?
-        {
+        for c in &crons {
             docs.push(with_kind(serde_json::to_value(c)?, "CronJob"));
-        }
-        if managed_by::any_named(&docs) {
-            let leases = managed_by::Leases::read(&client, kcm_rs_lease, Timestamp::now()).await;
-            findings.extend(docs.iter().filter_map(|d| managed_by::check(d, &leases)));
         }
     } else {
         for f in files {

@@ -25,12 +25,12 @@
 //! cannot see it. Finished Jobs need no controller and are skipped.
 
 use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
 use kcm_job::lint::Finding;
 use kcm_job::mode;
-use kcm_job::pods::JOB_CONTROLLER_NAME;
-use kube::Api;
-use serde_json::Value;
+use kcm_job::pods::{JOB_CONTROLLER_NAME, is_finished};
+use kube::{Api, Resource};
 
 /// KCM's leader Lease (its `--leader-elect-resource-*` defaults).
 pub const KCM_LEASE: (&str, &str) = ("kube-system", "kube-controller-manager");
@@ -128,44 +128,55 @@ async fn read(client: &kube::Client, ns: &str, name: &str, now: Timestamp) -> Le
     }
 }
 
-/// Does any document name a controller (the Leases are read only then)?
-pub fn any_named(docs: &[Value]) -> bool {
-    docs.iter().any(|d| named(d).is_some())
+/// What lint reads a `managedBy` from: a Job, or a CronJob's Job template.
+#[derive(Clone, Copy)]
+pub enum Subject<'a> {
+    Job(&'a Job),
+    CronJob(&'a CronJob),
 }
 
-/// The `managedBy` a document names and where, for an unfinished Job or a
-/// CronJob's template.
-fn named(doc: &Value) -> Option<(&str, &'static str)> {
-    match doc["kind"].as_str()? {
-        "Job" if !finished(doc) => Some((doc["spec"]["managedBy"].as_str()?, "spec.managedBy")),
-        "CronJob" => Some((
-            doc["spec"]["jobTemplate"]["spec"]["managedBy"].as_str()?,
-            "spec.jobTemplate.spec.managedBy",
-        )),
-        _ => None,
+impl<'a> Subject<'a> {
+    /// The `managedBy` named and where, for an unfinished Job or a
+    /// CronJob's template.
+    fn named(self) -> Option<(&'static str, &'a str)> {
+        match self {
+            Subject::Job(job) if !is_finished(job) => {
+                Some(("spec.managedBy", job.spec.as_ref()?.managed_by.as_deref()?))
+            }
+            Subject::Job(_) => None,
+            Subject::CronJob(cron) => Some((
+                "spec.jobTemplate.spec.managedBy",
+                cron.spec
+                    .job_template
+                    .spec
+                    .as_ref()?
+                    .managed_by
+                    .as_deref()?,
+            )),
+        }
+    }
+
+    fn object(self) -> String {
+        let (kind, meta) = match self {
+            Subject::Job(j) => ("Job", j.meta()),
+            Subject::CronJob(c) => ("CronJob", c.meta()),
+        };
+        let name = meta.name.as_deref().unwrap_or("<unnamed>");
+        match meta.namespace.as_deref() {
+            Some(ns) => format!("{kind} {ns}/{name}"),
+            None => format!("{kind} {name}"),
+        }
     }
 }
 
-fn finished(job: &Value) -> bool {
-    job["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| matches!(c["type"].as_str(), Some("Complete" | "Failed")) && c["status"] == "True")
+/// Does any object name a controller (the Leases are read only then)?
+pub fn any_named<'a>(subjects: impl IntoIterator<Item = Subject<'a>>) -> bool {
+    subjects.into_iter().any(|s| s.named().is_some())
 }
 
-fn object(doc: &Value) -> String {
-    let kind = doc["kind"].as_str().unwrap_or("object");
-    let name = doc["metadata"]["name"].as_str().unwrap_or("<unnamed>");
-    match doc["metadata"]["namespace"].as_str() {
-        Some(ns) => format!("{kind} {ns}/{name}"),
-        None => format!("{kind} {name}"),
-    }
-}
-
-/// The findings for one document, given the Leases.
-pub fn check(doc: &Value, leases: &Leases) -> Option<Finding> {
-    let (value, path) = named(doc)?;
+/// The finding for one object, given the Leases.
+pub fn check(subject: Subject<'_>, leases: &Leases) -> Option<Finding> {
+    let (path, value) = subject.named()?;
     let ((ours_ns, ours_name), ours) = &leases.kcm_rs;
     let ours_at = format!("kcm-rs's Lease {ours_ns}/{ours_name}");
     if let LeaseState::Held { answers_to, .. } = ours
@@ -174,7 +185,7 @@ pub fn check(doc: &Value, leases: &Leases) -> Option<Finding> {
         return None;
     }
     let finding = |check, problem: String, fix: String| Finding {
-        object: object(doc),
+        object: subject.object(),
         path: path.to_string(),
         check,
         problem,
@@ -251,7 +262,7 @@ mod tests {
         l
     }
 
-    fn job(managed_by: Option<&str>, finished: bool) -> Value {
+    fn job(managed_by: Option<&str>, finished: bool) -> Job {
         let mut j = json!({"kind": "Job", "metadata": {"name": "j", "namespace": "ns"},
                            "spec": {"template": {}}});
         if let Some(m) = managed_by {
@@ -260,7 +271,11 @@ mod tests {
         if finished {
             j["status"]["conditions"] = json!([{"type": "Complete", "status": "True"}]);
         }
-        j
+        serde_json::from_value(j).expect("job")
+    }
+
+    fn check_job(job: &Job, leases: &Leases) -> Option<Finding> {
+        check(Subject::Job(job), leases)
     }
 
     fn leases(ours: LeaseState, kcm: LeaseState) -> Leases {
@@ -300,9 +315,9 @@ mod tests {
     fn each_managed_by_maps_to_its_lease() {
         let ours = "kcm-rs.dev/job-controller";
         let beside = leases(held(Some(ours)), LeaseState::Missing);
-        assert_eq!(check(&job(Some(ours), false), &beside), None);
-        assert_eq!(check(&job(None, false), &beside), None, "no managedBy");
-        assert_eq!(check(&job(Some(ours), true), &beside), None, "finished");
+        assert_eq!(check_job(&job(Some(ours), false), &beside), None);
+        assert_eq!(check_job(&job(None, false), &beside), None, "no managedBy");
+        assert_eq!(check_job(&job(Some(ours), true), &beside), None, "finished");
         // kcm-rs's Lease gone: the opted-in Job waits.
         for state in [
             LeaseState::Missing,
@@ -312,41 +327,50 @@ mod tests {
                 at: Timestamp::UNIX_EPOCH,
             },
         ] {
-            let f = check(&job(Some(ours), false), &leases(state, held(None))).expect("finding");
+            let f =
+                check_job(&job(Some(ours), false), &leases(state, held(None))).expect("finding");
             assert_eq!((f.check, f.path.as_str()), (NOT_RUNNING, "spec.managedBy"));
             assert!(f.problem.contains("no Lease held for it"), "{}", f.problem);
         }
         // Held, but started for another name.
         let other = leases(held(Some("kcm-rs.dev/other")), LeaseState::Missing);
-        assert!(check(&job(Some(ours), false), &other).is_some());
+        assert!(check_job(&job(Some(ours), false), &other).is_some());
         // KCM's name: KCM's Lease, or kcm-rs replacing it.
         let kcm = JOB_CONTROLLER_NAME;
         assert_eq!(
-            check(
+            check_job(
                 &job(Some(kcm), false),
                 &leases(LeaseState::Missing, held(None))
             ),
             None
         );
         assert_eq!(
-            check(
+            check_job(
                 &job(Some(kcm), false),
                 &leases(held(Some(kcm)), LeaseState::Missing)
             ),
             None
         );
-        assert!(check(&job(Some(kcm), false), &beside).is_some());
+        assert!(check_job(&job(Some(kcm), false), &beside).is_some());
         // Unknown names: known only through kcm-rs's mark.
-        let f = check(&job(Some("example.com/mine"), false), &beside).expect("finding");
+        let f = check_job(&job(Some("example.com/mine"), false), &beside).expect("finding");
         assert_eq!(f.check, UNKNOWN);
         assert!(f.problem.contains("cannot be told"), "{}", f.problem);
         let custom = leases(held(Some("example.com/mine")), LeaseState::Missing);
-        assert_eq!(check(&job(Some("example.com/mine"), false), &custom), None);
+        assert_eq!(
+            check_job(&job(Some("example.com/mine"), false), &custom),
+            None
+        );
         // CronJobs: the template's field.
-        let cron = json!({"kind": "CronJob", "metadata": {"name": "c", "namespace": "ns"},
-            "spec": {"jobTemplate": {"spec": {"managedBy": ours}}}});
-        let f = check(&cron, &leases(LeaseState::Missing, held(None))).expect("finding");
+        let cron: CronJob = serde_json::from_value(json!({
+            "kind": "CronJob", "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"managedBy": ours,
+                "template": {}}}}}))
+        .expect("cronjob");
+        let cron = Subject::CronJob(&cron);
+        let f = check(cron, &leases(LeaseState::Missing, held(None))).expect("finding");
         assert_eq!(f.path, "spec.jobTemplate.spec.managedBy");
-        assert!(any_named(&[cron]));
+        assert_eq!(f.object, "CronJob ns/c");
+        assert!(any_named([cron]));
     }
 }

@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kcm_runtime::workqueue::{RateLimit, WorkQueue};
+use kcm_runtime::workqueue::{RetryRateLimit, WorkQueue};
 
 use super::*;
 use kcm_runtime::clock::Clock;
@@ -115,7 +115,8 @@ fn reset_sets_false_with_empty_reason_and_message() {
 #[tokio::test(start_paused = true)]
 async fn requeued_at_the_exact_remaining_time() {
     let clock = Clock::following_tokio(at(0));
-    let queue: WorkQueue<String> = WorkQueue::new("stale_test", RateLimit::controller_default());
+    let queue: WorkQueue<String> =
+        WorkQueue::new("stale_test", RetryRateLimit::controller_default());
     // The condition was set 45 s before the controller saw the pod.
     let p = pod("True", "PreemptionByScheduler", Some(-45), "Running");
     let wait = stale_wait(&p, clock.now(), TIMEOUT).expect("candidate");

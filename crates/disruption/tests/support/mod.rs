@@ -17,7 +17,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kcm_e2e::kubelet::run_pod;
 use kcm_e2e::wait::wait_for;
 use kube::api::{ListParams, PostParams};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, Resource};
 use serde_json::{Value, json};
 
 pub const T: Duration = Duration::from_secs(30);
@@ -290,12 +290,4 @@ pub async fn event_reasons(c: &kube::Client, ns: &str, involved: &str) -> BTreeS
             )
         })
         .collect()
-}
-
-pub fn name_of<K: Resource>(k: &K) -> String {
-    k.meta().name.clone().unwrap_or_default()
-}
-
-pub fn uid_of<K: ResourceExt>(k: &K) -> String {
-    k.uid().unwrap_or_default()
 }

@@ -5,10 +5,10 @@
 use std::cmp::Ordering;
 
 use jiff::Timestamp;
+use kcm_conditions::pod::is_pod_ready;
 use kcm_pod::CachedPod;
 
 use crate::backoff::{non_zero, sidecar_names};
-use crate::pods::{is_ready, phase};
 
 #[cfg(test)]
 mod tests;
@@ -33,9 +33,9 @@ pub fn active_pods_order(a: &CachedPod, b: &CachedPod) -> Ordering {
     is_scheduled(a)
         .cmp(&is_scheduled(b))
         .then_with(|| phase_rank(a).cmp(&phase_rank(b)))
-        .then_with(|| is_ready(a).cmp(&is_ready(b)))
+        .then_with(|| is_pod_ready(a).cmp(&is_pod_ready(b)))
         .then_with(|| {
-            if is_ready(a) && is_ready(b) {
+            if is_pod_ready(a) && is_pod_ready(b) {
                 latest_or_zero_first(ready_since(a), ready_since(b))
             } else {
                 Ordering::Equal
@@ -64,7 +64,7 @@ fn is_scheduled(pod: &CachedPod) -> bool {
 }
 
 fn phase_rank(pod: &CachedPod) -> u8 {
-    match phase(pod) {
+    match pod.phase() {
         "Unknown" => 1,
         "Running" => 2,
         _ => 0,

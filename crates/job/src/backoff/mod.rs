@@ -15,7 +15,7 @@ use k8s_openapi::api::batch::v1::Job;
 use kcm_pod::{CachedPod, ContainerState};
 use parking_lot::Mutex;
 
-use crate::pods::{index_failure_count, index_ignored_failure_count, phase};
+use crate::pods::{index_failure_count, index_ignored_failure_count};
 
 #[cfg(test)]
 mod tests;
@@ -300,7 +300,7 @@ pub fn past_backoff_limit_on_failure(job: &Job, pods: &[&CachedPod]) -> bool {
     }
     let restarts: i64 = pods
         .iter()
-        .filter(|p| matches!(phase(p), "Running" | "Pending"))
+        .filter(|p| matches!(p.phase(), "Running" | "Pending"))
         .flat_map(|p| {
             let init = p.init_container_statuses().iter();
             init.chain(p.container_statuses().iter())

@@ -6,6 +6,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
+use kcm_conditions::pod::is_pod_terminal;
 use kcm_pod::{CachedPod, ControllerRef};
 use kcm_runtime::informer::{BY_NAMESPACE, Change, object_key};
 
@@ -13,15 +14,14 @@ use super::port::JobPort;
 use super::{JobController, OrphanKey, SYNC_JOB_BATCH_PERIOD};
 use crate::metrics::metrics;
 use crate::pod_failure_policy::{Action, match_pod_failure_policy};
-use crate::pods::{has_tracking_finalizer, is_terminal, phase};
 use crate::selector;
 use crate::sync::Config;
 use crate::untrusted;
 
-pub use crate::pods::{controller_of, is_finished};
+pub use crate::pods::is_finished;
 
 fn terminal_with_finalizer(p: Option<&CachedPod>) -> bool {
-    p.is_some_and(|p| is_terminal(p) && has_tracking_finalizer(p))
+    p.is_some_and(|p| is_pod_terminal(p) && p.has_tracking_finalizer())
 }
 
 fn record_tracking_finalizer(old: Option<&CachedPod>, new: Option<&CachedPod>) {
@@ -44,7 +44,7 @@ fn record_tracking_finalizer(old: Option<&CachedPod>, new: Option<&CachedPod>) {
 /// (at most once per Job: later syncs see `FailureTarget`). This halves the
 /// time from the failure to `FailureTarget` and costs no extra requests.
 fn newly_fails_job(job: &Job, old: &CachedPod, cur: &CachedPod, config: &Config) -> bool {
-    let failed = |p: &CachedPod| phase(p) == "Failed";
+    let failed = |p: &CachedPod| p.phase() == "Failed";
     if failed(old) || !failed(cur) || is_finished(job) {
         return false;
     }
@@ -86,7 +86,7 @@ impl<P: JobPort> JobController<P> {
     /// Job is gone is left as upstream leaves it: the garbage collector
     /// deletes it, and the delete handler releases it.
     fn release_if_job_done(&self, pod: &CachedPod, job: Option<&Job>) {
-        if has_tracking_finalizer(pod)
+        if pod.has_tracking_finalizer()
             && job.is_some_and(|j| is_finished(j) && self.config.managed_elsewhere(j).is_none())
         {
             self.enqueue_orphan(pod);
@@ -136,7 +136,7 @@ impl<P: JobPort> JobController<P> {
             return;
         }
         let ns = pod.namespace();
-        if let Some(r) = controller_of(pod) {
+        if let Some(r) = pod.controller() {
             let job = self.resolve(ns, r);
             if let Some(job) = &job {
                 self.expectations
@@ -146,7 +146,7 @@ impl<P: JobPort> JobController<P> {
             self.release_if_job_done(pod, job.as_deref());
             return;
         }
-        if has_tracking_finalizer(pod) {
+        if pod.has_tracking_finalizer() {
             self.enqueue_orphan(pod);
         }
         for job in self.pod_jobs(pod) {
@@ -165,8 +165,8 @@ impl<P: JobPort> JobController<P> {
         }
         let ns = cur.namespace();
         let uid = cur.uid();
-        let finalizer_removed = !has_tracking_finalizer(cur);
-        let (cur_ref, old_ref) = (controller_of(cur), controller_of(old));
+        let finalizer_removed = !cur.has_tracking_finalizer();
+        let (cur_ref, old_ref) = (cur.controller(), old.controller());
         let ref_changed = cur_ref != old_ref;
         if ref_changed
             && let Some(r) = old_ref
@@ -195,7 +195,7 @@ impl<P: JobPort> JobController<P> {
             self.release_if_job_done(cur, job.as_deref());
             return;
         }
-        if has_tracking_finalizer(cur) {
+        if cur.has_tracking_finalizer() {
             self.enqueue_orphan(cur);
         }
         if cur.labels() != old.labels() || ref_changed {
@@ -209,9 +209,9 @@ impl<P: JobPort> JobController<P> {
         if last {
             record_tracking_finalizer(Some(pod), None);
         }
-        let has_finalizer = has_tracking_finalizer(pod);
+        let has_finalizer = pod.has_tracking_finalizer();
         let ns = pod.namespace();
-        let Some(r) = controller_of(pod) else {
+        let Some(r) = pod.controller() else {
             if has_finalizer {
                 self.enqueue_orphan(pod);
             }

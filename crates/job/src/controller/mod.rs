@@ -28,7 +28,7 @@ use kcm_runtime::host::Host;
 use kcm_runtime::informer::{
     BY_CONTROLLER_UID, BY_NAMESPACE, Informer, namespace_index, pod_controller_uid_index,
 };
-use kcm_runtime::workqueue::{InFlightLimit, RateLimit, WorkQueue, namespace_lane};
+use kcm_runtime::workqueue::{InFlightLimit, RetryRateLimit, WorkQueue, namespace_lane};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
@@ -51,7 +51,7 @@ pub const BY_ORPHAN_NAMESPACE: &str = "orphan-namespace";
 /// Files pods that have no controller under their namespace.
 pub fn orphan_namespace_index() -> kcm_runtime::informer::IndexFn<CachedPod> {
     Arc::new(|p: &CachedPod| {
-        if handlers::controller_of(p).is_some() {
+        if p.controller().is_some() {
             return Vec::new();
         }
         kcm_runtime::informer::namespace_of(p)
@@ -68,7 +68,7 @@ pub const BY_TRACKING_NAMESPACE: &str = "job-tracking-namespace";
 /// Files pods that still hold the tracking finalizer under their namespace.
 pub fn tracking_namespace_index() -> kcm_runtime::informer::IndexFn<CachedPod> {
     Arc::new(|p: &CachedPod| {
-        if !crate::pods::has_tracking_finalizer(p) {
+        if !p.has_tracking_finalizer() {
             return Vec::new();
         }
         kcm_runtime::informer::namespace_of(p)
@@ -155,7 +155,7 @@ impl<P: JobPort> JobController<P> {
         config: Config,
         clock: Clock,
     ) -> Self {
-        let rate = RateLimit::per_key(JOB_API_BACKOFF, MAX_JOB_API_BACKOFF);
+        let rate = RetryRateLimit::per_key(JOB_API_BACKOFF, MAX_JOB_API_BACKOFF);
         JobController {
             port,
             jobs,

@@ -6,10 +6,9 @@ use kcm_pod::CachedPod;
 use kcm_runtime::informer::object_key;
 use kcm_runtime::selector::Selector;
 
-use super::handlers::{controller_of, is_finished};
+use super::handlers::is_finished;
 use super::port::{JobPort, Settled};
 use super::{BY_TRACKING_NAMESPACE, JobController, OrphanKey};
-use crate::pods::has_tracking_finalizer;
 
 impl<P: JobPort> JobController<P> {
     pub(super) async fn sync_orphan(&self, key: &OrphanKey) -> Result<(), kube::Error> {
@@ -52,10 +51,10 @@ impl<P: JobPort> JobController<P> {
     }
 
     async fn handle_orphan(&self, pod: &CachedPod) -> Result<(), kube::Error> {
-        if !has_tracking_finalizer(pod) {
+        if !pod.has_tracking_finalizer() {
             return Ok(());
         }
-        if let Some(r) = controller_of(pod) {
+        if let Some(r) = pod.controller() {
             if &*r.kind != "Job" || &*r.api_version != "batch/v1" {
                 return Ok(());
             }
@@ -79,7 +78,7 @@ impl<P: JobPort> JobController<P> {
             return Ok(());
         }
         // Only a pod no existing Job owns: its author may have planted it.
-        let owner = controller_of(pod).and_then(|r| {
+        let owner = pod.controller().and_then(|r| {
             self.jobs
                 .store()
                 .get(&format!("{}/{}", pod.namespace(), r.name))
@@ -103,7 +102,7 @@ impl<P: JobPort> JobController<P> {
         };
         // Filed under the owning Job only while it exists, so a deleted
         // Job's orphans leave no record behind.
-        if let Some(r) = super::handlers::controller_of(pod) {
+        if let Some(r) = pod.controller() {
             let ns = pod.namespace();
             if self.jobs.store().get(&format!("{ns}/{}", r.name)).is_some() {
                 self.record_pod_write(pod, rv.as_deref());

@@ -6,12 +6,12 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
+use kcm_conditions::pod::is_pod_ready;
 use kcm_pod::CachedPod;
 
 use super::JobController;
 use super::port::{JobPort, Settle, Settled, error_message, fan_out, slow_start};
 use crate::metrics::metrics;
-use crate::pods::{has_tracking_finalizer, is_ready};
 use crate::sync::Prepared;
 use crate::sync::manage::{Outcome, PodWork};
 
@@ -31,7 +31,7 @@ struct Removal {
 /// `deleteJobPods` for one pod). The DELETE is not tried if the patch did
 /// not apply, even when the pod is gone.
 async fn remove_pod<P: JobPort>(port: &P, p: &CachedPod) -> Removal {
-    if has_tracking_finalizer(p) {
+    if p.has_tracking_finalizer() {
         let result = match port.remove_finalizer(p).await {
             Ok(Settled::Written(_)) => None,
             Ok(Settled::Moot) => Some(Ok(Settled::Moot)),
@@ -45,7 +45,7 @@ async fn remove_pod<P: JobPort>(port: &P, p: &CachedPod) -> Removal {
             };
         }
     }
-    let ready = is_ready(p);
+    let ready = is_pod_ready(p);
     let result = port.delete_pod(p).await;
     let delete_event = match &result {
         Ok(Settled::Written(())) => Some(Ok(p.name().to_string())),
@@ -73,7 +73,7 @@ impl<P: JobPort> JobController<P> {
             PodWork::DeleteActive(pods) => {
                 let results = fan_out(pods.iter().cloned(), |p: Arc<CachedPod>| async move {
                     let r = self.port.delete_pod(&p).await;
-                    (p.name().to_string(), is_ready(&p), r)
+                    (p.name().to_string(), is_pod_ready(&p), r)
                 })
                 .await;
                 let mut out = Outcome::default();

@@ -17,6 +17,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kcm_pod::CachedPod;
+use kcm_pod::meta::name_of;
 use kcm_runtime::client::{LeanApi, Written};
 use kcm_runtime::events::{EventType, Recorder};
 use kube::Api;
@@ -24,7 +25,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::job_ref;
-use crate::pods::{JOB_TRACKING_FINALIZER, name_of};
+use crate::pods::JOB_TRACKING_FINALIZER;
 use crate::workload::rules::Object;
 
 /// At most this many pod writes of one batch in flight at once.

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use kcm_runtime::informer::{BY_NAMESPACE, IndexFn, Informable, Informer, namespace_index};
+use kcm_pod::meta::name_of;
+use kcm_runtime::informer::{BY_NAMESPACE, IndexFn, Informable, Informer, key_of, namespace_index};
 use kube::Resource;
 
 use super::JobController;
 use super::port::{JobPort, error_message};
-use crate::pods::name_of;
 use crate::workload::rules::Object;
 use crate::workload::v136::V136;
 use crate::workload::{self as wl, EnsureError, Lookup, Rules, Source, V137};
@@ -83,7 +83,7 @@ impl<R: Rules> Informers<R> {
         let found = self
             .workloads
             .store()
-            .by_index(BY_JOB_NAME, &format!("{ns}/{job}"));
+            .by_index(BY_JOB_NAME, &key_of(ns, job));
         found.iter().map(|w| w.0.clone()).collect()
     }
 

@@ -48,7 +48,7 @@ impl<P: JobPort> JobController<P> {
     /// Files a pod write of ours under the pod's controller (1.36+).
     pub(super) fn record_pod_write(&self, pod: &CachedPod, rv: Option<&str>) {
         let ns = pod.namespace();
-        if let Some(owner) = super::handlers::controller_of(pod) {
+        if let Some(owner) = pod.controller() {
             self.rw.on_write(
                 &format!("{ns}/{}", owner.name),
                 &owner.uid,

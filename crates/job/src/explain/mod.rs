@@ -33,7 +33,7 @@ use serde::Serialize;
 use crate::backoff::finished_time;
 use crate::indexes;
 use crate::pod_failure_policy::{Action, match_pod_failure_policy};
-use crate::pods::{index_failure_count, is_pod_failed, phase};
+use crate::pods::{index_failure_count, is_pod_failed};
 use crate::sync::Config;
 use replay::{counts_as_failure, verdict as verdict_of};
 
@@ -342,7 +342,7 @@ fn run_replay(
     config: Config,
 ) -> Replayed {
     let base = replay::base_job(stored, spec_of, present, config);
-    let is_terminal = |p: &CachedPod| is_pod_failed(p, stored) || phase(p) == "Succeeded";
+    let is_terminal = |p: &CachedPod| is_pod_failed(p, stored) || p.phase() == "Succeeded";
     let background: Vec<Arc<CachedPod>> = present
         .iter()
         .filter(|p| !is_terminal(p))

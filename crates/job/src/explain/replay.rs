@@ -14,7 +14,7 @@ use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
 use kcm_pod::CachedPod;
 
 use crate::indexes::{self, OrderedIntervals};
-use crate::pods::{completions, has_tracking_finalizer, is_pod_failed, phase, valid_index};
+use crate::pods::{completions, is_pod_failed, valid_index};
 use crate::sync::Verdicts;
 use crate::sync::{Config, Input, prepare};
 
@@ -37,7 +37,7 @@ fn uid(p: &CachedPod) -> &str {
 /// Is `p`'s failure already in the stored counters (finalizer gone, or its
 /// UID waits in `uncountedTerminatedPods.failed`)?
 fn accounted(p: &CachedPod, uncounted: &HashSet<&str>) -> bool {
-    !has_tracking_finalizer(p) || uncounted.contains(uid(p))
+    !p.has_tracking_finalizer() || uncounted.contains(uid(p))
 }
 
 /// Whether the failure of `p` counts, as the controller's sync decides it
@@ -67,7 +67,7 @@ pub fn base_job(stored: &Job, spec_of: &Job, present: &[Arc<CachedPod>], config:
         .count();
     let present_succeeded = present
         .iter()
-        .filter(|p| phase(p) == "Succeeded" && accounted(p, &un_succeeded))
+        .filter(|p| p.phase() == "Succeeded" && accounted(p, &un_succeeded))
         .count();
     let failed = status
         .failed
@@ -85,7 +85,7 @@ pub fn base_job(stored: &Job, spec_of: &Job, present: &[Arc<CachedPod>], config:
     // Indexes the present pods will decide again.
     let redecided_done: BTreeSet<i32> = present
         .iter()
-        .filter(|p| phase(p) == "Succeeded")
+        .filter(|p| p.phase() == "Succeeded")
         .filter_map(|p| valid_index(p, stored))
         .collect();
     let v = |p: &CachedPod| verdict(stored, config, p);

@@ -12,7 +12,7 @@ use kcm_pod::CachedPod;
 
 use super::{Config, Counts, JobEvent};
 use crate::indexes::OrderedIntervals;
-use crate::pods::{completions, controller_of, is_finished, is_indexed, unknown_completion_mode};
+use crate::pods::{completions, is_finished, is_indexed, unknown_completion_mode};
 
 /// Whether a Job is synced at all (upstream syncJob's early returns).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,7 +104,7 @@ pub fn claim(job: &Job, owned: Vec<Arc<CachedPod>>, orphans: Vec<Arc<CachedPod>>
     }
     c.adopt = orphans
         .into_iter()
-        .filter(|p| controller_of(p).is_none() && !p.is_deleting() && selects(p.labels()))
+        .filter(|p| p.controller().is_none() && !p.is_deleting() && selects(p.labels()))
         .collect();
     c
 }

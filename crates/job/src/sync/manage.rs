@@ -9,6 +9,7 @@ use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
 use k8s_openapi::api::core::v1::{Pod, PodSchedulingGroup};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kcm_conditions::job::{ensure_job_condition_status, new_job_condition};
+use kcm_conditions::pod::is_pod_ready;
 use kcm_pod::CachedPod;
 
 use super::prepare::{REASON_COMPLETIONS_REACHED, suspended};
@@ -23,7 +24,7 @@ use crate::indexes::{
 };
 use crate::pods::{
     JOB_COMPLETION_INDEX, JOB_INDEX_FAILURE_COUNT, JOB_INDEX_IGNORED_FAILURE_COUNT,
-    JOB_TRACKING_FINALIZER, controller_ref, is_ready, only_replace_failed_pods,
+    JOB_TRACKING_FINALIZER, controller_ref, only_replace_failed_pods,
 };
 
 /// What a sync does to pods; at most one kind per sync.
@@ -388,5 +389,5 @@ fn suspend_bookkeeping(p: &Prepared, out: &mut AfterPods) {
 
 /// Ready pods among `pods`.
 pub fn count_ready(pods: &[Arc<CachedPod>]) -> i32 {
-    i32::try_from(pods.iter().filter(|p| is_ready(p)).count()).unwrap_or(i32::MAX)
+    i32::try_from(pods.iter().filter(|p| is_pod_ready(p)).count()).unwrap_or(i32::MAX)
 }

@@ -8,15 +8,13 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::{Job, JobCondition, UncountedTerminatedPods};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kcm_conditions::job::new_job_condition;
+use kcm_conditions::pod::{is_pod_active, is_pod_ready, is_pod_terminating};
 use kcm_pod::CachedPod;
 
 use super::{Config, Counts, Indexes, Input, Prepared, Requeue, Uncounted, Verdicts, uid};
 use crate::backoff::{finished_time, new_backoff_record, past_backoff_limit_on_failure};
 use crate::indexes;
-use crate::pods::{
-    has_tracking_finalizer, is_active, is_indexed, is_pod_failed, is_ready, is_terminating, phase,
-    valid_index,
-};
+use crate::pods::{is_indexed, is_pod_failed, valid_index};
 use crate::success_policy::match_success_policy;
 
 pub const REASON_POD_FAILURE_POLICY: &str = "PodFailurePolicy";
@@ -58,19 +56,20 @@ pub fn prepare(input: Input) -> Prepared {
         succeeded: stored.succeeded.unwrap_or_default().into_iter().collect(),
         failed: stored.failed.unwrap_or_default().into_iter().collect(),
     };
-    let active_pods: Vec<Arc<CachedPod>> = pods.iter().filter(|p| is_active(p)).cloned().collect();
+    let active_pods: Vec<Arc<CachedPod>> =
+        pods.iter().filter(|p| is_pod_active(p)).cloned().collect();
     let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
     let counts = Counts {
         active: count(active_pods.len()),
-        ready: count(active_pods.iter().filter(|p| is_ready(p)).count()),
-        terminating: count(pods.iter().filter(|p| is_terminating(p)).count()),
+        ready: count(active_pods.iter().filter(|p| is_pod_ready(p)).count()),
+        terminating: count(pods.iter().filter(|p| is_pod_terminating(p)).count()),
     };
 
     // New finished pods: tracked, not yet uncounted, not awaiting finalizer
     // removal, and (Indexed) with a valid index.
     let indexed = is_indexed(&job);
     let valid = |p: &CachedPod| {
-        has_tracking_finalizer(p)
+        p.has_tracking_finalizer()
             && !expected_rm_finalizers.contains(uid(p))
             && (!indexed || valid_index(p, &job).is_some())
     };
@@ -87,7 +86,7 @@ pub fn prepare(input: Input) -> Prepared {
             valid(p)
                 && !uncounted.succeeded.contains(uid(p))
                 && !uncounted.failed.contains(uid(p))
-                && phase(p) == "Succeeded"
+                && p.phase() == "Succeeded"
         })
         .collect();
     let new_failed: Vec<&CachedPod> = pods

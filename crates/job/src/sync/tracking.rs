@@ -13,9 +13,7 @@ use kcm_pod::CachedPod;
 
 use super::manage::PodWork;
 use super::{MAX_UNCOUNTED_PODS, Prepared, uid};
-use crate::pods::{
-    completion_index, has_tracking_finalizer, is_indexed, is_pod_failed, phase, valid_index,
-};
+use crate::pods::{completion_index, is_indexed, is_pod_failed, valid_index};
 
 /// Stage 5's decision.
 #[derive(Debug, Clone)]
@@ -79,7 +77,7 @@ fn can_remove_finalizer(
 ) -> bool {
     if p.job.metadata.deletion_timestamp.is_some()
         || finished.is_some()
-        || phase(pod) == "Succeeded"
+        || pod.phase() == "Succeeded"
     {
         return true;
     }
@@ -121,7 +119,7 @@ pub fn plan(
     }
     let uids_with_finalizer: HashSet<String> = pods
         .iter()
-        .filter(|pod| has_tracking_finalizer(pod) && !p.expected_rm.contains(uid(pod)))
+        .filter(|pod| pod.has_tracking_finalizer() && !p.expected_rm.contains(uid(pod)))
         .map(|pod| uid(pod).to_string())
         .collect();
     let old_status = status.clone();
@@ -140,7 +138,7 @@ pub fn plan(
     let mut reached_max = false;
     let failing = finished.is_some() && !is_success_criteria(finished);
     for pod in &pods {
-        if !has_tracking_finalizer(pod) || p.expected_rm.contains(uid(pod)) {
+        if !pod.has_tracking_finalizer() || p.expected_rm.contains(uid(pod)) {
             continue;
         }
         let failed = is_pod_failed(pod, &p.job);
@@ -149,7 +147,7 @@ pub fn plan(
         }
         remove.push(Arc::clone(pod));
         let id = uid(pod).to_string();
-        if phase(pod) == "Succeeded" && !p.uncounted.failed.contains(&id) {
+        if pod.phase() == "Succeeded" && !p.uncounted.failed.contains(&id) {
             if indexed {
                 if let Some(i) = valid_index(pod, &p.job)
                     && !p.indexes.prev_succeeded.has(i)

@@ -23,6 +23,10 @@ use k8s_openapi::api::scheduling::v1beta1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::{Value, json};
 
+use kcm_pod::meta::{controller_of, is_controlled_by, name_of};
+use kcm_runtime::hash::fnv32a;
+use kcm_runtime::informer::key_of;
+
 use crate::pods::controller_ref;
 
 pub mod rules;
@@ -92,19 +96,6 @@ pub fn delegated_template(job: &Job) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// The controller ownerReference of an object.
-pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
-    meta.owner_references
-        .as_deref()?
-        .iter()
-        .find(|r| r.controller == Some(true))
-}
-
-/// Whether `meta`'s controller is the Job with `uid` (`IsControlledBy`).
-pub fn controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
-    controller_of(meta).is_some_and(|r| r.uid == uid)
-}
-
 /// Whether the Job never started, so objects may be created for it: no
 /// pods, no start time, nothing counted, never suspended (upstream
 /// `isNewJob`, a conservative alpha heuristic).
@@ -123,33 +114,38 @@ pub fn is_new_job(job: &Job, pods: usize) -> bool {
             .any(|c| c.type_ == "Suspended")
 }
 
-/// What a list of candidates controlled by the Job comes to.
+/// What a lookup among the index's candidates came to. Which candidates
+/// count is the minor's rule: 1.37 counts those the Job controls, 1.36
+/// every match and checks the one it found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Pick<T> {
+pub enum Found<T> {
     None,
     One(T),
     /// Ambiguous: upstream falls back to default scheduling.
     Many(usize),
 }
 
-/// The candidates whose controller is the Job with `uid`.
-pub fn pick_owned<T: Clone>(items: &[T], meta: impl Fn(&T) -> &ObjectMeta, uid: &str) -> Pick<T> {
-    let mut owned = items.iter().filter(|i| controlled_by(meta(i), uid));
-    match (owned.next(), owned.next()) {
-        (None, _) => Pick::None,
-        (Some(one), None) => Pick::One(one.clone()),
-        (Some(_), Some(_)) => Pick::Many(2 + owned.count()),
+impl<T: Clone> Found<T> {
+    /// Of the candidates `items` yields.
+    pub fn of<'a>(items: impl IntoIterator<Item = &'a T>) -> Found<T>
+    where
+        T: 'a,
+    {
+        let mut items = items.into_iter();
+        match (items.next(), items.next()) {
+            (None, _) => Found::None,
+            (Some(one), None) => Found::One(one.clone()),
+            (Some(_), Some(_)) => Found::Many(2 + items.count()),
+        }
     }
-}
 
-/// FNV-1a, 32 bits (Go's `hash/fnv`).
-fn fnv32a(parts: &[&[u8]]) -> u32 {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in parts.iter().flat_map(|p| p.iter()) {
-        h ^= u32::from(*b);
-        h = h.wrapping_mul(0x0100_0193);
+    /// Of the candidates whose controller is the Job with `uid`.
+    pub fn controlled<'a>(items: &'a [T], meta: impl Fn(&T) -> &ObjectMeta, uid: &str) -> Found<T>
+    where
+        T: 'a,
+    {
+        Found::of(items.iter().filter(|i| is_controlled_by(meta(i), uid)))
     }
-    h
 }
 
 /// apimachinery's `rand.SafeEncodeString` of the decimal hash: each digit
@@ -425,10 +421,10 @@ pub fn pod_group_min_count_patch(pg: &PodGroup, min_count: i32) -> Option<Value>
         .then(|| json!({ "spec": { "schedulingPolicy": { "gang": { "minCount": min_count } } } }))
 }
 
-/// The `ns/name` value the Workload and PodGroup indexes use: `name` in
-/// the namespace of `meta`.
+/// The key the Workload and PodGroup indexes file an object under: the
+/// cache key of `name` in the namespace of `meta`.
 pub fn index_key(meta: &ObjectMeta, name: &str) -> String {
-    format!("{}/{name}", meta.namespace.as_deref().unwrap_or(""))
+    key_of(meta.namespace.as_deref().unwrap_or(""), name)
 }
 
 /// 1.37's rules (`scheduling.k8s.io/v1beta1`): root and delegated Jobs,
@@ -473,22 +469,24 @@ impl Rules for V137 {
         let ns = job.metadata.namespace.as_deref().unwrap_or("");
         let name = job.metadata.name.as_deref().unwrap_or("");
         let uid = job.metadata.uid.as_deref().unwrap_or("");
-        Ok(match pick_owned(found, |w| &w.metadata, uid) {
-            Pick::None if !new_job => Lookup::quietly("no Workload for a Job that already started"),
-            Pick::None => Lookup::Create(desired_workload(job)),
-            Pick::One(w) => {
+        Ok(match Found::controlled(found, |w| &w.metadata, uid) {
+            Found::None if !new_job => {
+                Lookup::quietly("no Workload for a Job that already started")
+            }
+            Found::None => Lookup::Create(desired_workload(job)),
+            Found::One(w) => {
                 let n = templates(&w).len();
                 if n != 1 {
                     return Err(EnsureError::Templates {
                         ns: ns.into(),
-                        workload: crate::pods::name_of(&w.metadata).into(),
+                        workload: name_of(&w.metadata).into(),
                         job: name.into(),
                         templates: n,
                     });
                 }
                 Lookup::Use(w)
             }
-            Pick::Many(n) => Lookup::loudly(format!(
+            Found::Many(n) => Lookup::loudly(format!(
                 "found {n} Workloads referencing Job {ns}/{name}, falling back to default scheduling"
             )),
         })
@@ -519,24 +517,24 @@ impl Rules for V137 {
                 .map(Lookup::Create)
                 .ok_or_else(|| EnsureError::NoTemplate {
                     template: template.into(),
-                    workload: crate::pods::name_of(&workload.metadata).into(),
+                    workload: name_of(&workload.metadata).into(),
                 })
         };
         match source {
-            Source::Root => Ok(match pick_owned(found, |p| &p.metadata, uid) {
-                Pick::None if !new_job => {
+            Source::Root => Ok(match Found::controlled(found, |p| &p.metadata, uid) {
+                Found::None if !new_job => {
                     Lookup::quietly("no PodGroup for a Job that already started")
                 }
-                Pick::None => return create("", true),
-                Pick::One(p) => Lookup::Use(p),
-                Pick::Many(n) => Lookup::loudly(format!(
+                Found::None => return create("", true),
+                Found::One(p) => Lookup::Use(p),
+                Found::Many(n) => Lookup::loudly(format!(
                     "found {n} PodGroups referencing Workload {}/{}, falling back to default scheduling",
                     workload.metadata.namespace.as_deref().unwrap_or(""),
-                    crate::pods::name_of(&workload.metadata)
+                    name_of(&workload.metadata)
                 )),
             }),
             Source::Delegated(template) => {
-                match found.iter().find(|p| controlled_by(&p.metadata, uid)) {
+                match found.iter().find(|p| is_controlled_by(&p.metadata, uid)) {
                     Some(p) => Ok(Lookup::Use(p.clone())),
                     None if new_job => create(template, false),
                     None => Ok(Lookup::quietly(

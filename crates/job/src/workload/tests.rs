@@ -204,10 +204,11 @@ fn owned_objects_and_the_parent_workload_are_found() {
         serde_json::from_value(json!({ "ownerReferences": refs })).expect("meta")
     };
     let items = vec![meta(owned_by("other")), meta(owned_by(uid))];
-    assert_eq!(pick_owned(&items, |m| m, uid), Pick::One(items[1].clone()));
-    assert_eq!(pick_owned(&items[..1], |m| m, uid), Pick::None);
+    let controlled = |items: &[ObjectMeta]| Found::controlled(items, |m| m, uid);
+    assert_eq!(controlled(&items), Found::One(items[1].clone()));
+    assert_eq!(controlled(&items[..1]), Found::None);
     let twice = vec![items[1].clone(), items[1].clone(), items[1].clone()];
-    assert_eq!(pick_owned(&twice, |m| m, uid), Pick::Many(3));
+    assert_eq!(controlled(&twice), Found::Many(3));
 
     let wl = |group: &str, kind: &str, name: &str| -> Workload {
         serde_json::from_value(json!({ "metadata": { "name": name }, "spec": {

@@ -17,6 +17,7 @@
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kcm_pod::meta::{is_controlled_by, name_of};
 use serde_json::{Value, json};
 
 use super::rules::{EnsureError, Lookup, Rules, Source};
@@ -24,7 +25,7 @@ use super::v1alpha2::{
     API_VERSION, PodGroup, PodGroupSpec, PodGroupTemplate, PodGroupTemplateReference,
     TypedLocalObjectReference, Workload, WorkloadPodGroupTemplateReference, WorkloadSpec,
 };
-use super::{controlled_by, pod_group_name, template_name, workload_name};
+use super::{Found, pod_group_name, template_name, workload_name};
 use crate::pods::controller_ref;
 
 /// Whether the Job gets a Workload and PodGroup (upstream
@@ -45,29 +46,6 @@ pub fn eligible(job: &Job, gate: bool) -> bool {
         .as_ref()
         .is_some_and(|s| s.scheduling_group.is_some());
     crate::pods::is_indexed(job) && spec.completions == Some(parallelism) && !grouped
-}
-
-/// What the index returned for the Job (or its Workload).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Found<T> {
-    None,
-    /// The one match, controlled by the Job.
-    Mine(T),
-    /// The one match, not controlled by the Job: default scheduling.
-    Foreign,
-    /// Several matches, whoever controls them: default scheduling.
-    Many(usize),
-}
-
-/// Every match counts, controlled by the Job or not (upstream switches on
-/// `len(matched)` before checking `IsControlledBy`).
-pub fn find<T: Clone>(items: &[T], meta: impl Fn(&T) -> &ObjectMeta, uid: &str) -> Found<T> {
-    match items {
-        [] => Found::None,
-        [one] if controlled_by(meta(one), uid) => Found::Mine(one.clone()),
-        [_] => Found::Foreign,
-        many => Found::Many(many.len()),
-    }
 }
 
 /// Whether the Workload has the shape 1.36 supports (exactly one
@@ -174,20 +152,22 @@ impl Rules for V136 {
         let ns = job.metadata.namespace.as_deref().unwrap_or("");
         let name = job.metadata.name.as_deref().unwrap_or("");
         let uid = job.metadata.uid.as_deref().unwrap_or("");
-        Ok(match find(found, |w| &w.metadata, uid) {
+        // Every match counts, controlled by the Job or not: upstream
+        // switches on `len(matched)` before checking `IsControlledBy`.
+        Ok(match Found::of(found) {
             Found::None if !new_job => {
                 Lookup::quietly("no Workload for a Job that already started")
             }
             Found::None => Lookup::Create(desired_workload(job)),
-            Found::Mine(w) if usable(&w) => Lookup::Use(w),
-            Found::Mine(w) => Lookup::quietly(format!(
-                "Workload {} has {} PodGroupTemplates (unsupported), falling back to default scheduling",
-                crate::pods::name_of(&w.metadata),
-                w.spec.pod_group_templates.len()
-            )),
-            Found::Foreign => {
+            Found::One(w) if !is_controlled_by(&w.metadata, uid) => {
                 Lookup::quietly("Workload not owned by this Job, skipping workload integration")
             }
+            Found::One(w) if usable(&w) => Lookup::Use(w),
+            Found::One(w) => Lookup::quietly(format!(
+                "Workload {} has {} PodGroupTemplates (unsupported), falling back to default scheduling",
+                name_of(&w.metadata),
+                w.spec.pod_group_templates.len()
+            )),
             Found::Many(n) => Lookup::loudly(format!(
                 "found {n} Workloads referencing Job {ns}/{name}, falling back to default scheduling"
             )),
@@ -207,8 +187,8 @@ impl Rules for V136 {
         _: bool,
     ) -> Result<Lookup<PodGroup>, EnsureError> {
         let uid = job.metadata.uid.as_deref().unwrap_or("");
-        let wl_name = crate::pods::name_of(&workload.metadata);
-        Ok(match find(found, |p| &p.metadata, uid) {
+        let wl_name = name_of(&workload.metadata);
+        Ok(match Found::of(found) {
             Found::None => match new_pod_group(job, workload) {
                 Some(pg) => Lookup::Create(pg),
                 None => {
@@ -218,10 +198,10 @@ impl Rules for V136 {
                     });
                 }
             },
-            Found::Mine(p) => Lookup::Use(p),
-            Found::Foreign => {
+            Found::One(p) if !is_controlled_by(&p.metadata, uid) => {
                 Lookup::quietly("PodGroup not owned by this Job, skipping workload integration")
             }
+            Found::One(p) => Lookup::Use(p),
             Found::Many(n) => Lookup::loudly(format!(
                 "found {n} PodGroups referencing Workload {}/{wl_name}, falling back to default scheduling",
                 workload.metadata.namespace.as_deref().unwrap_or("")

@@ -127,7 +127,7 @@ async fn run(upstream: bool, gates: FeatureGates) -> Seen {
     let root = jobs.create(&pp, &job("j", spec)).await.expect("job");
     let owned = async |uid: &str| -> Option<(Workload, PodGroup)> {
         let owns = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-            kcm_job::workload::controlled_by(m, uid)
+            kcm_pod::meta::is_controlled_by(m, uid)
         };
         let w = wls
             .list(&ListParams::default())
@@ -169,7 +169,7 @@ async fn run(upstream: bool, gates: FeatureGates) -> Seen {
     wait_for("delegated PodGroup", async || {
         let all = pgs.list(&ListParams::default()).await.ok()?.items;
         all.into_iter()
-            .find(|p| kcm_job::workload::controlled_by(&p.metadata, &child_uid))
+            .find(|p| kcm_pod::meta::is_controlled_by(&p.metadata, &child_uid))
     })
     .await;
     let all_pods = job_pods(&pods, "j")

@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::{FeatureGates, KubeVersion};
+use kcm_pod::meta::is_controlled_by;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -54,11 +56,8 @@ async fn list(api: &Api<DynamicObject>) -> Vec<Value> {
 
 /// Whether `v`'s controller owner has `uid`.
 fn controlled_by(v: &Value, uid: &str) -> bool {
-    v["metadata"]["ownerReferences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|o| o["controller"] == json!(true) && o["uid"] == json!(uid))
+    serde_json::from_value::<ObjectMeta>(v["metadata"].clone())
+        .is_ok_and(|m| is_controlled_by(&m, uid))
 }
 
 async fn wait_for<T>(what: &str, mut get: impl AsyncFnMut() -> Option<T>) -> T {

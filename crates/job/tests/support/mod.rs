@@ -512,10 +512,7 @@ pub fn pod_shapes(pods: &[Pod]) -> Vec<String> {
         .iter()
         .map(|p| {
             let m = &p.metadata;
-            let controller = m
-                .owner_references
-                .as_ref()
-                .and_then(|rs| rs.iter().find(|r| r.controller == Some(true)));
+            let controller = kcm_pod::meta::controller_of(m);
             let owner =
                 controller.map(|r| (r.kind.clone(), r.name.clone(), r.block_owner_deletion));
             // The UID the pod was created for (its labels keep it after a

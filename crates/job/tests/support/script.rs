@@ -84,12 +84,7 @@ pub fn active(ps: &[Pod]) -> usize {
 
 /// The UID in a pod's controller ownerReference.
 pub fn owner_uid(p: &Pod) -> Option<String> {
-    p.metadata
-        .owner_references
-        .as_ref()?
-        .iter()
-        .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.clone())
+    kcm_pod::meta::controller_of(&p.metadata).map(|r| r.uid.clone())
 }
 
 impl Scn {

@@ -11,7 +11,7 @@
 //!    dropped connections). It replaces kube's default
 //!    `RetryPolicy::server_retry()`, switched off through
 //!    `Config::default_retry`.
-//! 3. [`RateLimit`] takes a token from the client's own bucket (QPS and
+//! 3. [`ClientRateLimit`] takes a token from the client's own bucket (QPS and
 //!    burst) for every attempt, retries included, as client-go throttles
 //!    retries too; watches are not throttled.
 //! 4. [`Deadline`] bounds every attempt: non-watch requests by
@@ -52,7 +52,7 @@ pub use self::metrics::{
     AttemptMetrics, AttemptMetricsLayer, Instrument, InstrumentLayer, RestClientMetrics, TimedBody,
     rest_client_metrics,
 };
-pub use self::ratelimit::{RateLimit, RateLimitLayer, TokenBucket};
+pub use self::ratelimit::{ClientRateLimit, ClientRateLimitLayer, TokenBucket};
 pub use self::retry::{
     INITIAL_BACKOFF, MAX_RETRIES, MAX_RETRY_AFTER, RetryPolicy, is_retryable_method, retry_delay,
 };
@@ -260,7 +260,7 @@ impl ClientStack {
 pub type ClientStackService<S> = Instrument<
     Retry<
         RetryPolicy,
-        RateLimit<
+        ClientRateLimit<
             Deadline<AttemptMetrics<Buffer<Request<Body>, <S as Service<Request<Body>>>::Future>>>,
         >,
     >,
@@ -281,7 +281,10 @@ where
                 self.user_agent.clone(),
             ))
             .layer(RetryLayer::new(RetryPolicy::new(self.host.clone())))
-            .layer(RateLimitLayer::new(self.bucket.clone(), self.host.clone()))
+            .layer(ClientRateLimitLayer::new(
+                self.bucket.clone(),
+                self.host.clone(),
+            ))
             .layer(self.deadline.clone())
             .layer(AttemptMetricsLayer::new(self.host.clone()))
             .layer(BufferLayer::new(BUFFER_CAPACITY))

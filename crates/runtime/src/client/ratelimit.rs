@@ -167,30 +167,32 @@ pub fn flow_of(uri: &http::Uri) -> &str {
 }
 
 /// Layer making every non-watch request wait for a token of a shared
-/// [`TokenBucket`], observing the wait in
+/// [`TokenBucket`] (client-go's `flowcontrol.RateLimiter` in its REST
+/// client; a work queue's retry pacing is
+/// [`crate::workqueue::RetryRateLimit`]), observing the wait in
 /// `rest_client_rate_limiter_duration_seconds{verb,host}`.
 ///
 /// Watches are not throttled, as in client-go (`Request.Watch` skips the
 /// limiter: a watch is one long request, and informers must be able to
 /// re-establish them while the controller's writes are being throttled).
 #[derive(Clone, Debug)]
-pub struct RateLimitLayer {
+pub struct ClientRateLimitLayer {
     bucket: Arc<TokenBucket>,
     host: Arc<str>,
 }
 
-impl RateLimitLayer {
+impl ClientRateLimitLayer {
     /// Throttles through `bucket`; `host` is the metrics label.
     pub fn new(bucket: Arc<TokenBucket>, host: Arc<str>) -> Self {
-        RateLimitLayer { bucket, host }
+        ClientRateLimitLayer { bucket, host }
     }
 }
 
-impl<S> Layer<S> for RateLimitLayer {
-    type Service = RateLimit<S>;
+impl<S> Layer<S> for ClientRateLimitLayer {
+    type Service = ClientRateLimit<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimit {
+        ClientRateLimit {
             inner,
             bucket: self.bucket.clone(),
             host: self.host.clone(),
@@ -198,17 +200,17 @@ impl<S> Layer<S> for RateLimitLayer {
     }
 }
 
-/// Service produced by [`RateLimitLayer`]. The inner service must be cheap
+/// Service produced by [`ClientRateLimitLayer`]. The inner service must be cheap
 /// to clone (a `Buffer`): each call takes its own clone so that waiting for
 /// a token holds no slot of the inner service.
 #[derive(Clone, Debug)]
-pub struct RateLimit<S> {
+pub struct ClientRateLimit<S> {
     inner: S,
     bucket: Arc<TokenBucket>,
     host: Arc<str>,
 }
 
-impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for ClientRateLimit<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,

@@ -186,13 +186,13 @@ impl Activity {
     }
 
     /// Records a sync starting; dropping the slot ends it.
-    pub fn begin(&self, label: String) -> Slot {
+    pub fn begin(&self, label: String) -> RunningSync {
         let now = self.0.clock.instant();
         let mut st = self.0.state.lock();
         st.next_id = st.next_id.wrapping_add(1);
         let id = st.next_id;
         st.running.insert(id, Running { label, since: now });
-        Slot {
+        RunningSync {
             progress: Progress {
                 activity: Arc::clone(&self.0),
                 id,
@@ -237,11 +237,11 @@ impl Activity {
 
 /// A running sync of an [`Activity`]; dropping it without
 /// [`finish`](Self::finish)`(true)` records no progress (a timeout, a panic).
-pub struct Slot {
+pub struct RunningSync {
     progress: Progress,
 }
 
-impl Slot {
+impl RunningSync {
     /// A handle the sync may keep to report progress.
     pub fn progress(&self) -> Progress {
         self.progress.clone()
@@ -275,7 +275,7 @@ impl Slot {
     }
 }
 
-impl Drop for Slot {
+impl Drop for RunningSync {
     fn drop(&mut self) {
         let p = &self.progress;
         p.activity.state.lock().running.remove(&p.id);

@@ -91,7 +91,7 @@ use tokio_util::sync::CancellationToken;
 use crate::informer::{Informable, Informer};
 use crate::workqueue::WorkQueue;
 
-pub use health::{Activity, Health, Progress, Slot};
+pub use health::{Activity, Health, Progress, RunningSync};
 pub use sharded::Sharded;
 pub use worker::{Guarded, Workers};
 

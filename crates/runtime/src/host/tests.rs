@@ -15,7 +15,7 @@ use tower::BoxError;
 
 use super::*;
 use crate::informer::{Change, Informer};
-use crate::workqueue::{RateLimit, WorkQueue};
+use crate::workqueue::{RetryRateLimit, WorkQueue};
 
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
@@ -33,7 +33,7 @@ fn host(name: &'static str, sync_timeout: Duration, stall_timeout: Duration) -> 
 
 /// A queue retrying after 1 s, 2 s, 4 s, ... (no global bucket).
 fn queue(name: &str) -> WorkQueue<String> {
-    WorkQueue::new(name, RateLimit::per_key(secs(1), secs(60)))
+    WorkQueue::new(name, RetryRateLimit::per_key(secs(1), secs(60)))
 }
 
 type Log = Arc<Mutex<Vec<(String, Duration)>>>;

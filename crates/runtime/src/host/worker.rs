@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, Span};
 
 use super::health::fmt_duration;
-use super::{Activity, Host, Slot};
+use super::{Activity, Host, RunningSync};
 use crate::workqueue::WorkQueue;
 
 /// How a guarded sync ended.
@@ -45,7 +45,7 @@ impl Host {
     /// error level, saying `then` (what the caller does next), and counted.
     pub async fn guard<T, Fut>(
         &self,
-        slot: &Slot,
+        slot: &RunningSync,
         span: &Span,
         then: &str,
         make: impl FnOnce() -> Fut,
@@ -97,7 +97,7 @@ impl Host {
 
     fn panicked<T>(
         &self,
-        slot: &Slot,
+        slot: &RunningSync,
         span: &Span,
         then: &str,
         payload: &(dyn Any + Send),

@@ -15,7 +15,7 @@ use super::*;
 fn fair(name: &str) -> WorkQueue<String> {
     WorkQueue::fair(
         name,
-        RateLimit::per_key(Duration::from_secs(1), Duration::from_secs(60)),
+        RetryRateLimit::per_key(Duration::from_secs(1), Duration::from_secs(60)),
         namespace_lane::<String>,
     )
 }
@@ -221,7 +221,7 @@ async fn model_and_fairness_bound_with_an_in_flight_limit() {
 async fn fifo_queue_breaks_the_bound() {
     let mut broken = 0;
     for seed in 0..50 {
-        let q = WorkQueue::new("test_fifo_model", RateLimit::controller_default());
+        let q = WorkQueue::new("test_fifo_model", RetryRateLimit::controller_default());
         let (before, floods) = run_seed(&q, seed).await;
         if before > floods {
             broken += 1;
@@ -288,7 +288,7 @@ async fn quiet_key_waits_one_sync_not_the_flood() {
     let fair_wait = quiet_start(fair("test_fair_workers")).await;
     let fifo_wait = quiet_start(WorkQueue::new(
         "test_fifo_workers",
-        RateLimit::per_key(Duration::from_secs(1), Duration::from_secs(60)),
+        RetryRateLimit::per_key(Duration::from_secs(1), Duration::from_secs(60)),
     ))
     .await;
     assert!(

@@ -36,11 +36,11 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-pub use rate_limit::{BucketLimit, RateLimit};
+pub use rate_limit::{BucketLimit, RetryRateLimit};
 pub use ready::{InFlightLimit, LaneFn, namespace_lane};
 
 use metrics::QueueMetrics;
-use rate_limit::RateLimiter;
+use rate_limit::RetryRateLimiter;
 use ready::Ready;
 
 /// How often the unfinished-work gauges are refreshed (client-go's
@@ -113,7 +113,7 @@ struct State<K> {
     /// The slot of each scheduled key, so re-scheduling and cancelling find it.
     waiting_at: HashMap<K, (Instant, u64)>,
     seq: u64,
-    limiter: RateLimiter<K>,
+    limiter: RetryRateLimiter<K>,
     shutting_down: bool,
     /// Set by `shutdown_with_drain`, cleared by `shutdown` to stop waiting.
     drain: bool,
@@ -202,7 +202,7 @@ where
     /// (ending when the last handle is dropped or the queue shuts down) that
     /// refreshes the unfinished-work gauges; without a runtime those gauges
     /// only move on [`update_unfinished_work_metrics`](Self::update_unfinished_work_metrics).
-    pub fn new(name: &str, rate_limit: RateLimit) -> Self {
+    pub fn new(name: &str, rate_limit: RetryRateLimit) -> Self {
         Self::build(name, rate_limit, Ready::fifo())
     }
 
@@ -212,7 +212,7 @@ where
     /// A key that becomes ready in a lane with nothing else ready is handed
     /// out after at most one key of every other lane. Dedupe, one worker
     /// per key, delays, back-off, shutdown and metrics are those of `new`.
-    pub fn fair(name: &str, rate_limit: RateLimit, lane: LaneFn<K>) -> Self {
+    pub fn fair(name: &str, rate_limit: RetryRateLimit, lane: LaneFn<K>) -> Self {
         Self::build(name, rate_limit, Ready::fair(lane))
     }
 
@@ -226,7 +226,7 @@ where
         self.inner.state.lock().queue.set_limit(limit);
     }
 
-    fn build(name: &str, rate_limit: RateLimit, ready: Ready<K>) -> Self {
+    fn build(name: &str, rate_limit: RetryRateLimit, ready: Ready<K>) -> Self {
         let now = Instant::now();
         let inner = Arc::new(Inner {
             name: name.to_owned(),
@@ -237,7 +237,7 @@ where
                 waiting: BTreeMap::new(),
                 waiting_at: HashMap::new(),
                 seq: 0,
-                limiter: RateLimiter::new(rate_limit, now),
+                limiter: RetryRateLimiter::new(rate_limit, now),
                 shutting_down: false,
                 drain: false,
             }),

@@ -15,15 +15,17 @@ use tokio::time::Instant;
 pub struct BucketLimit {
     /// Refill rate in tokens per second. Zero or negative means "never
     /// refills": once the burst is used up every retry waits
-    /// [`RateLimit::max_delay`].
+    /// [`RetryRateLimit::max_delay`].
     pub qps: f64,
     /// Bucket size; also the number of tokens the bucket starts with.
     pub burst: u32,
 }
 
-/// How a queue paces retries of failed keys.
+/// How a queue paces retries of failed keys (client-go's workqueue
+/// `TypedRateLimiter`); not the client's limit on requests
+/// ([`crate::client::ClientRateLimit`], client-go's `flowcontrol`).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RateLimit {
+pub struct RetryRateLimit {
     /// Delay of a key's first retry; each further retry doubles it.
     pub base_delay: Duration,
     /// Cap of the per-key delay.
@@ -32,7 +34,7 @@ pub struct RateLimit {
     pub bucket: Option<BucketLimit>,
 }
 
-impl RateLimit {
+impl RetryRateLimit {
     /// client-go's `DefaultControllerRateLimiter`: per key 5 ms doubling up to
     /// 1000 s, and overall 10 retries per second with a burst of 100. The
     /// disruption and taint-eviction queues use it.
@@ -58,7 +60,7 @@ impl RateLimit {
     }
 }
 
-impl Default for RateLimit {
+impl Default for RetryRateLimit {
     fn default() -> Self {
         Self::controller_default()
     }
@@ -108,14 +110,14 @@ impl TokenBucket {
 
 /// Per-key failure counts plus the shared bucket; owned by one queue.
 #[derive(Debug)]
-pub(super) struct RateLimiter<K> {
-    config: RateLimit,
+pub(super) struct RetryRateLimiter<K> {
+    config: RetryRateLimit,
     failures: HashMap<K, u32>,
     bucket: Option<TokenBucket>,
 }
 
-impl<K: Eq + Hash + Clone> RateLimiter<K> {
-    pub(super) fn new(config: RateLimit, now: Instant) -> Self {
+impl<K: Eq + Hash + Clone> RetryRateLimiter<K> {
+    pub(super) fn new(config: RetryRateLimit, now: Instant) -> Self {
         Self {
             config,
             failures: HashMap::new(),
@@ -163,8 +165,8 @@ mod tests {
     #[test]
     fn backoff_doubles_and_caps() {
         let now = Instant::now();
-        let mut rl = RateLimiter::new(
-            RateLimit::per_key(Duration::from_secs(1), Duration::from_secs(60)),
+        let mut rl = RetryRateLimiter::new(
+            RetryRateLimit::per_key(Duration::from_secs(1), Duration::from_secs(60)),
             now,
         );
         let key = "ns/a".to_string();
@@ -179,7 +181,7 @@ mod tests {
     #[test]
     fn huge_exponent_is_capped() {
         let now = Instant::now();
-        let mut rl = RateLimiter::new(RateLimit::controller_default(), now);
+        let mut rl = RetryRateLimiter::new(RetryRateLimit::controller_default(), now);
         let key = 1u32;
         rl.failures.insert(key, 5000);
         assert_eq!(rl.backoff(5000), Duration::from_secs(1000));

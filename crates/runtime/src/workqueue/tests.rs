@@ -12,7 +12,7 @@ fn ms(n: u64) -> Duration {
 }
 
 fn queue(name: &str) -> WorkQueue<String> {
-    WorkQueue::new(name, RateLimit::controller_default())
+    WorkQueue::new(name, RetryRateLimit::controller_default())
 }
 
 fn k(s: &str) -> String {
@@ -109,7 +109,7 @@ async fn workers_never_share_a_key() {
 async fn concurrent_workers_lose_nothing() {
     use std::collections::HashSet;
 
-    let q: WorkQueue<u32> = WorkQueue::new("test_concurrent", RateLimit::default());
+    let q: WorkQueue<u32> = WorkQueue::new("test_concurrent", RetryRateLimit::default());
     let held = Arc::new(parking_lot::Mutex::new(HashSet::new()));
     let overlaps = Arc::new(AtomicUsize::new(0));
     // Per key: the generation last added and the generation last seen by a
@@ -250,7 +250,7 @@ async fn cancel_withdraws_scheduled_key() {
 async fn per_key_backoff_doubles_and_resets_on_forget() {
     let q = WorkQueue::new(
         "test_backoff",
-        RateLimit::per_key(Duration::from_secs(1), Duration::from_secs(60)),
+        RetryRateLimit::per_key(Duration::from_secs(1), Duration::from_secs(60)),
     );
     let key = k("ns/job");
     for (attempt, expect) in [1u64, 2, 4, 8].into_iter().enumerate() {
@@ -274,7 +274,7 @@ async fn per_key_backoff_doubles_and_resets_on_forget() {
 async fn global_bucket_limits_across_keys() {
     let q = WorkQueue::new(
         "test_bucket",
-        RateLimit {
+        RetryRateLimit {
             base_delay: ms(1),
             max_delay: Duration::from_secs(1000),
             bucket: Some(BucketLimit { qps: 1.0, burst: 2 }),
@@ -409,7 +409,7 @@ async fn background_tick_promotes_while_workers_are_busy() {
 
 #[test]
 fn works_without_a_runtime() {
-    let q: WorkQueue<u32> = WorkQueue::new("test_no_runtime", RateLimit::default());
+    let q: WorkQueue<u32> = WorkQueue::new("test_no_runtime", RetryRateLimit::default());
     q.add(1);
     q.add(1);
     assert_eq!(q.len(), 1);

@@ -7,7 +7,7 @@ use super::*;
 
 /// Stand-in for `ActivePods` ("delete first" first): Pending < Unknown < Running.
 fn by_phase(a: &CachedPod, b: &CachedPod) -> Ordering {
-    let rank = |p: &CachedPod| match phase(p) {
+    let rank = |p: &CachedPod| match p.phase() {
         "Pending" => 0,
         "Unknown" => 1,
         "Running" => 2,
@@ -25,7 +25,7 @@ fn describe<P: Borrow<CachedPod>>(pods: &[&P]) -> Vec<(String, String)> {
                 .completion_index
                 .as_deref()
                 .map_or_else(|| NO_INDEX.to_string(), str::to_string);
-            (ix, phase(p).to_string())
+            (ix, p.phase().to_string())
         })
         .collect()
 }

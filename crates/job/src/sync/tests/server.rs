@@ -13,6 +13,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kcm_conditions::pod::{is_pod_active, is_pod_terminal};
 use kcm_pod::CachedPod;
 use kcm_runtime::client::Written;
 use kcm_runtime::events::EventType;
@@ -22,7 +23,7 @@ use serde_json::json;
 
 use super::world::{Crash, uid};
 use crate::controller::port::{JobPort, Settle, Settled};
-use crate::pods::{JOB_TRACKING_FINALIZER, is_active, is_terminal};
+use crate::pods::JOB_TRACKING_FINALIZER;
 use crate::sync::JobEvent;
 
 /// Where a sync stands, as its writes show it: the pod work (creations,
@@ -86,7 +87,7 @@ pub(crate) fn gone(p: &Pod) -> bool {
     p.metadata.deletion_timestamp.is_some()
         && p.metadata.finalizers.as_ref().is_none_or(Vec::is_empty)
         && (p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()
-            || is_terminal(&CachedPod::from(p)))
+            || is_pod_terminal(&CachedPod::from(p)))
 }
 
 fn has_true(s: Option<&JobStatus>, type_: &str) -> bool {
@@ -127,7 +128,7 @@ impl Server {
             Call::RemoveFinalizer => {
                 let p = pod.expect("pod");
                 if self.log.phase != Phase::Tracking
-                    && is_active(p)
+                    && is_pod_active(p)
                     && !self.log.deleted.iter().any(|d| d.uid() == p.uid())
                 {
                     Phase::PodWork
@@ -141,7 +142,7 @@ impl Server {
                 let pre_delete = self.log.phase == Phase::Start
                     && has_true(status, "SuccessCriteriaMet")
                     && !has_true(self.job.status.as_ref(), "SuccessCriteriaMet")
-                    && self.pods.iter().any(|p| is_active(&CachedPod::from(p)));
+                    && self.pods.iter().any(|p| is_pod_active(&CachedPod::from(p)));
                 if pre_delete {
                     Phase::PodWork
                 } else {

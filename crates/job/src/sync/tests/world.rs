@@ -128,19 +128,19 @@ pub(crate) mod full {
     use kcm_pod::CachedPod;
 
     pub fn is_active(p: &Pod) -> bool {
-        crate::pods::is_active(&CachedPod::from(p))
+        kcm_conditions::pod::is_pod_active(&CachedPod::from(p))
     }
     pub fn is_terminal(p: &Pod) -> bool {
-        crate::pods::is_terminal(&CachedPod::from(p))
+        kcm_conditions::pod::is_pod_terminal(&CachedPod::from(p))
     }
     pub fn is_terminating(p: &Pod) -> bool {
-        crate::pods::is_terminating(&CachedPod::from(p))
+        kcm_conditions::pod::is_pod_terminating(&CachedPod::from(p))
     }
     pub fn phase(p: &Pod) -> String {
-        crate::pods::phase(&CachedPod::from(p)).to_string()
+        CachedPod::from(p).phase().to_string()
     }
     pub fn has_tracking_finalizer(p: &Pod) -> bool {
-        crate::pods::has_tracking_finalizer(&CachedPod::from(p))
+        CachedPod::from(p).has_tracking_finalizer()
     }
     pub fn completion_index(p: &Pod) -> Option<i32> {
         crate::pods::completion_index(&CachedPod::from(p))

@@ -9,14 +9,14 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::host::{Host, HostSettings};
-use crate::workqueue::{RateLimit, WorkQueue};
+use crate::workqueue::{RetryRateLimit, WorkQueue};
 
 type Log = Arc<Mutex<Vec<String>>>;
 
 fn queue(name: &str) -> WorkQueue<String> {
     WorkQueue::new(
         name,
-        RateLimit::per_key(Duration::from_secs(1), Duration::from_secs(60)),
+        RetryRateLimit::per_key(Duration::from_secs(1), Duration::from_secs(60)),
     )
 }
 
