@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::TryStreamExt;
+use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::binaries::repo_root;
@@ -21,10 +21,13 @@ use serde_json::{Value, json};
 pub const NS: &str = "default";
 const TRACKING: &str = "batch.kubernetes.io/job-tracking";
 
-/// Every pod of `NS` seen, by UID: its last state (a deleted pod keeps the
-/// state its deletion carried).
+/// Every pod of `NS` seen, by UID: its last state, and whether it is gone.
+/// A deleted pod keeps the state its deletion event carried: when the
+/// controller's removal of the last finalizer is what deletes a pod (one
+/// whose deletion the kubelet had asked for), the API server deletes it
+/// instead of storing the change, so that state still shows the finalizer.
 #[derive(Clone, Default)]
-pub struct Seen(Arc<parking_lot::Mutex<HashMap<String, Pod>>>);
+pub struct Seen(Arc<parking_lot::Mutex<HashMap<String, (Pod, bool)>>>);
 
 impl Seen {
     pub fn watch(client: kube::Client) -> Self {
@@ -34,22 +37,45 @@ impl Seen {
             let api: Api<Pod> = Api::namespaced(client, NS);
             let mut events =
                 std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
-            while let Ok(Some(event)) = events.try_next().await {
-                if let watcher::Event::Apply(p)
-                | watcher::Event::InitApply(p)
-                | watcher::Event::Delete(p) = event
-                    && let Some(uid) = p.metadata.uid.clone()
-                {
-                    map.lock().insert(uid, p);
+            // An error (the watch expired, the connection dropped) is
+            // followed by a relist: keep going.
+            while let Some(event) = events.next().await {
+                let (p, gone) = match event {
+                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => (p, false),
+                    Ok(watcher::Event::Delete(p)) => (p, true),
+                    _ => continue,
+                };
+                if let Some(uid) = p.metadata.uid.clone() {
+                    let mut map = map.lock();
+                    if !map.get(&uid).is_some_and(|(_, was_gone)| *was_gone) {
+                        map.insert(uid, (p, gone));
+                    }
                 }
             }
         });
         seen
     }
 
-    fn of_job(&self, uid: &str) -> Vec<Pod> {
+    /// The pods that exist now, as a list gives them (the watch may lag); a
+    /// pod the watch saw deleted stays deleted.
+    async fn refresh(&self, client: &kube::Client) {
+        let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+        if let Ok(list) = api.list(&ListParams::default()).await {
+            let mut map = self.0.lock();
+            for p in list.items {
+                if let Some(uid) = p.metadata.uid.clone()
+                    && !map.get(&uid).is_some_and(|(_, gone)| *gone)
+                {
+                    map.insert(uid, (p, false));
+                }
+            }
+        }
+    }
+
+    /// The pods of the Job with UID `uid`, each with whether it is gone.
+    fn of_job(&self, uid: &str) -> Vec<(Pod, bool)> {
         let map = self.0.lock();
-        let mine = |p: &&Pod| {
+        let mine = |(p, _): &&(Pod, bool)| {
             p.labels()
                 .get("batch.kubernetes.io/controller-uid")
                 .map(String::as_str)
@@ -198,6 +224,7 @@ pub async fn wait_ends(
     let deadline = Instant::now() + timeout;
     loop {
         let jobs = api.list(&ListParams::default()).await.expect("list Jobs");
+        seen.refresh(client).await;
         let mut ends = BTreeMap::new();
         for j in jobs.items.iter().filter(|j| names.contains(&j.name_any())) {
             if let Some(end) = finished(j) {
@@ -226,7 +253,13 @@ pub async fn wait_ends(
 
 fn end_of(j: &Job, end: String, seen: &Seen) -> End {
     let st = j.status.clone().unwrap_or_default();
-    let pods = seen.of_job(&j.uid().unwrap_or_default());
+    let all = seen.of_job(&j.uid().unwrap_or_default());
+    // Left with the tracking finalizer: pods that still exist and hold it.
+    let finalizers = all
+        .iter()
+        .filter(|(p, gone)| !gone && p.finalizers().iter().any(|f| f == TRACKING))
+        .count();
+    let pods: Vec<Pod> = all.into_iter().map(|(p, _)| p).collect();
     let phase = |p: &Pod| {
         p.status
             .as_ref()
@@ -271,10 +304,7 @@ fn end_of(j: &Job, end: String, seen: &Seen) -> End {
             st.failed.unwrap_or(0),
             pods.len()
         ),
-        finalizers: pods
-            .iter()
-            .filter(|p| p.finalizers().iter().any(|f| f == TRACKING))
-            .count(),
+        finalizers,
         unfinished: pods.len() - ok - failed,
         exit_codes,
     }

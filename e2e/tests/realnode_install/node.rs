@@ -8,7 +8,7 @@
 //! runs its scenario.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kcm_e2e::binaries::{bin_dir, repo_root};
@@ -182,9 +182,14 @@ impl Node {
         }
         let pki = self.state.join("apiserver");
         let kcm = cp_bin(&self.version).join("kcm-e2e-controller-manager");
-        let log = std::fs::File::create(repo_root().join("target/realnode/logs/kcm-complete.log"))
-            .expect("KCM log");
-        let child = Command::new("setsid")
+        let log = repo_root().join("target/realnode/logs/kcm-complete.log");
+        // In a session of its own, not a child of this test (which ends
+        // before the node does): bash starts it and says its pid.
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(r#"log="$1"; shift; setsid "$@" </dev/null >"$log" 2>&1 & echo $!"#)
+            .arg("kcm")
+            .arg(&log)
             .arg(&kcm)
             .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
             .args(["--controllers=*", "--use-service-account-credentials=true"])
@@ -194,12 +199,10 @@ impl Node {
                 pki.join("sa.key").display()
             ))
             .arg(format!("--root-ca-file={}", pki.join("ca.crt").display()))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
+            .output()
             .expect("start KCM");
-        std::fs::write(&pids, child.id().to_string()).expect("pid file");
+        let child = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        std::fs::write(&pids, &child).expect("pid file");
         std::thread::sleep(Duration::from_secs(2));
         self.kcm_args()
     }

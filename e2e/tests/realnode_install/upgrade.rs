@@ -30,16 +30,17 @@ pub fn metrics_token(node: &Node) -> String {
         "serviceaccount",
         "prometheus-k8s",
     ]);
-    node.kubectl(&[
+    // Not echoed: a token.
+    let args = [
         "-n",
         "monitoring",
         "create",
         "token",
         "prometheus-k8s",
         "--duration=2h",
-    ])
-    .trim()
-    .to_string()
+    ];
+    let token = node.try_kubectl(&args).expect("kubectl create token");
+    token.trim().to_string()
 }
 
 /// `kcm_rs_build_info`'s git_commit as each running replica reports it on
