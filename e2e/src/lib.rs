@@ -3,7 +3,9 @@
 //! minor in `e2e/harness`), upstream kube-controller-manager as the oracle,
 //! kcm-rs controllers in process through the binary's wiring
 //! ([`in_process`]), helpers that play the kubelet, waits, watch histories,
-//! the fault-injecting proxy ([`faults`]), HTTPS and Prometheus helpers.
+//! the fault-injecting proxy ([`faults`]), HTTPS and Prometheus helpers,
+//! the controllers' log lines captured in a test ([`logs`]), and kcm-rs
+//! as installed from `manifests/` or the chart ([`manifests`]).
 //! The pod lifecycle simulator is the `kcm-sim` crate (`sim/`); benchmarks
 //! and the chaos driver are `kcm-bench` (`bench/`).
 
@@ -17,6 +19,8 @@ pub mod history;
 pub mod https;
 pub mod in_process;
 pub mod kubelet;
+pub mod logs;
+pub mod manifests;
 pub mod namespace;
 pub mod procstat;
 pub mod prometheus;

@@ -5,14 +5,11 @@
 //! process carries on, and pod GC removes nothing on a lookup it could not
 //! make.
 
-#[path = "manifests/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::faults::{Fault, FaultProxy, FaultSettings, Record, Script, When};
+use kcm_e2e::manifests as support;
 use kcm_e2e::wait::wait_gone;
 use kube::Api;
 use kube::api::PostParams;

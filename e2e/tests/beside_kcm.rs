@@ -10,10 +10,6 @@
 //! leave the Job unfinished and show as a 422 here). Both write Job events
 //! as `job-controller`; only kcm-rs's carry `kcm-rs.dev/mode: beside-kcm`.
 
-#[path = "manifests/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,6 +17,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kcm_e2e::manifests as support;
 use kcm_e2e::{ControlPlane, TestNamespace, UpstreamKcm};
 use kube::Api;
 use kube::api::{ListParams, PostParams};

@@ -9,14 +9,11 @@
 //! The tests share one calm run and take turns (one workload at a time on
 //! the machine's cores).
 
-#[path = "manifests/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 use std::time::{Duration, Instant};
 
 use kcm_bench::chaos::{ChaosConfig, ChaosReport, compare, run};
 use kcm_e2e::faults::FaultSettings;
+use kcm_e2e::manifests as support;
 
 /// The calm run, made by whichever test comes first; the lock also keeps
 /// the tests from running their workloads at the same time.

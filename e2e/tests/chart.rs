@@ -11,10 +11,6 @@
 //! helm is built from its Go module by `e2e/harness/helm/build.sh` (cached
 //! in `target/e2e-bin` with a stamp, as the control plane).
 
-#[path = "manifests/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -23,6 +19,7 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::Namespace;
 use kcm_e2e::ControlPlane;
 use kcm_e2e::binaries::repo_root;
+use kcm_e2e::manifests as support;
 use kube::Api;
 use serde_json::{Value, json};
 use support::*;

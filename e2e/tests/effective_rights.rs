@@ -6,16 +6,13 @@
 //! exactly what `manifests/base/rbac.yaml` grants: no bootstrap binding
 //! reaches kcm-rs's accounts.
 
-#[path = "manifests/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 use futures::StreamExt;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::Namespace;
 use kcm_e2e::ControlPlane;
+use kcm_e2e::manifests as support;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::{Value, json};

@@ -22,10 +22,6 @@
 //! see (a metric or a log line); kcm-rs stays healthy and its memory
 //! bounded. `make abuse` runs it (out of `make test` for its time).
 
-#[path = "manifests/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -33,6 +29,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kcm_e2e::https::{Credential, OPEN_PATHS, get_as};
 use kcm_e2e::kubelet::finish_pod;
+use kcm_e2e::manifests as support;
 use kcm_e2e::procstat::rss_mib;
 use kcm_e2e::prometheus::free_port;
 use kcm_e2e::wait::{wait_for, wait_for_list};

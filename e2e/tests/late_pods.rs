@@ -13,10 +13,6 @@
 //! upstream KCM's job-controller, which leaves the finalizer (the race this
 //! fixes): `cargo test -p kcm-e2e --test late_pods -- --ignored`.
 
-#[path = "manifests/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,6 +20,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::faults::{Fault, FaultProxy, FaultSettings, Script, When};
+use kcm_e2e::manifests as support;
 use kcm_e2e::wait::wait_for;
 use kcm_e2e::{ControlPlane, TestNamespace};
 use kube::Api;

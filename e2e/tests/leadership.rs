@@ -19,10 +19,6 @@
 //! and freeze for kcm-rs and for upstream KCM's job-controller under the
 //! same test, one line each (the leadership table of docs/operating.md).
 
-#[path = "manifests/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
@@ -35,6 +31,7 @@ use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kcm_e2e::ControlPlane;
 use kcm_e2e::faults::{Fault, FaultProxy, FaultSettings, Script, When};
 use kcm_e2e::history::PodHistory;
+use kcm_e2e::manifests as support;
 use kube::Api;
 use serde_json::{Value, json};
 use support::*;

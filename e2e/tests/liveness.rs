@@ -8,10 +8,6 @@
 //! and every check passes again. kcm-rs runs with a 5 s stall bound
 //! (`--controller-stall-timeout`); the sync timeout keeps its 5 min default.
 
-#[path = "manifests/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,6 +17,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kcm_e2e::ControlPlane;
 use kcm_e2e::https::{self, OPEN_PATHS};
+use kcm_e2e::manifests as support;
 use kcm_e2e::prometheus::free_port;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};

@@ -5,12 +5,9 @@
 //! below, fetched through the Go module proxy): a misspelled or misplaced
 //! field in the ServiceMonitor, PrometheusRule or any other object fails.
 
-#[path = "manifests/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 use k8s_openapi::api::core::v1::Namespace;
 use kcm_e2e::ControlPlane;
+use kcm_e2e::manifests as support;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{self, Scope};

@@ -10,16 +10,13 @@
 //! server refuses (409). `--emulated-version` picks the minor on the
 //! control plane of `KCM_E2E_K8S_VERSION` (a skew warning when newer).
 
-#[path = "manifests/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::faults::{Fault, FaultProxy, FaultSettings, Script, When};
 use kcm_e2e::https::{self, OPEN_PATHS};
+use kcm_e2e::manifests as support;
 use kcm_e2e::prometheus::free_port;
 use kcm_e2e::wait::{wait_for, wait_for_list};
 use kube::Api;

@@ -9,16 +9,13 @@
 //! finalizer. This is the rollback procedure of docs/operating.md, on the local control
 //! plane.
 
-#[path = "manifests/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
+use kcm_e2e::manifests as support;
 use kcm_e2e::prometheus::free_port;
 use kcm_e2e::{ControlPlane, UpstreamKcm};
 use kcm_sim::{self as sim, SimConfig, SimStats};

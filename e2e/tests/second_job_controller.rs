@@ -8,16 +8,13 @@
 //! stays untouched. A status writer under any field manager name is found
 //! the same way.
 
-#[path = "manifests/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Event;
 use kcm_e2e::https::{Credential, OPEN_PATHS, get_as};
+use kcm_e2e::manifests as support;
 use kcm_e2e::prometheus::free_port;
 use kcm_e2e::wait::{wait_for, wait_for_list};
 use kcm_e2e::{ControlPlane, TestNamespace, UpstreamKcm};

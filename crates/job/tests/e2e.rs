@@ -1,7 +1,5 @@
 //! The Job controller against the real API server.
 
-mod support;
-
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
@@ -9,6 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::wait::wait_for_list;
 use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::FeatureGates;
+use kcm_job_testing as support;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;

@@ -2,8 +2,6 @@
 //! condition, and a DisruptionTarget condition written by a real Eviction
 //! API call matched by an Ignore rule.
 
-mod support;
-
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
@@ -12,6 +10,7 @@ use kcm_e2e::kubelet;
 use kcm_e2e::wait::wait_for;
 use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::FeatureGates;
+use kcm_job_testing as support;
 use kube::Api;
 use kube::api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams};
 use serde_json::json;

@@ -8,8 +8,6 @@
 //! `KCM_FAIR_SHARE_UPSTREAM=1` runs upstream KCM's job-controller instead:
 //! it misses both bounds (the control; figures in docs/fair-share.md).
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -17,6 +15,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::FeatureGates;
+use kcm_job_testing as support;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;

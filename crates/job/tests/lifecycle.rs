@@ -4,8 +4,6 @@
 //! controller metric of `managedBy`, and a sweep whose finalizer removal
 //! fails.
 
-mod support;
-
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
@@ -13,6 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::history::{PodHistory, Seen};
 use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::FeatureGates;
+use kcm_job_testing as support;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;

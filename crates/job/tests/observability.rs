@@ -1,14 +1,13 @@
 //! What users observe besides the Job status: events and metrics, and the
 //! `JobPodFailurePolicy` gate turned off.
 
-mod support;
-
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::{Feature, FeatureGates};
+use kcm_job_testing as support;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;

@@ -3,14 +3,13 @@
 //! podReplacementPolicy, elastic Indexed Jobs and adoption / release are
 //! shared scenarios (`scenarios.rs`).
 
-mod support;
-
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::FeatureGates;
+use kcm_job_testing as support;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;

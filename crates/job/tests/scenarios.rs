@@ -1,9 +1,8 @@
-//! The Job controller's shared scenarios (`tests/support/scenarios`, the
+//! The Job controller's shared scenarios (`kcm_job_testing::scenarios`, the
 //! same the differential suite compares with upstream) against kcm-rs
 //! alone on the real API server: each scenario's expectations must hold.
 
-mod support;
-
+use kcm_job_testing as support;
 use support::scenarios::{alone, lifecycle, pods};
 
 #[tokio::test]

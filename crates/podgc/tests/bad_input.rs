@@ -4,15 +4,13 @@
 //! node that is Ready. One private control plane (pod GC looks at every pod
 //! in the cluster).
 
-#[path = "../../job/tests/bad_input/logs.rs"]
-mod logs;
-
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::history::{PodHistory, Seen, has_condition};
 use kcm_e2e::in_process;
 use kcm_e2e::kubelet::{self, create_bound_pod, taint};
+use kcm_e2e::logs;
 use kcm_e2e::wait::wait_gone;
 use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::FeatureGates;

@@ -225,5 +225,4 @@ pub fn pods_finished(job: &Job, old: &JobStatus) -> PodsFinished {
 }
 
 #[cfg(test)]
-#[path = "decide_tests.rs"]
 mod tests;

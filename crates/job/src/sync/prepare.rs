@@ -319,9 +319,3 @@ fn past_active_deadline(job: &Job, now: jiff::Timestamp) -> bool {
     }
     elapsed_since_start(job, now) >= Duration::from_secs(u64::try_from(ads).unwrap_or(0))
 }
-
-/// Bad input through the sync stages, on the in-memory executor of
-/// `sync::tests` (issue 14; docs/bad-input.md).
-#[cfg(test)]
-#[path = "tests/bad_input.rs"]
-mod bad_input_tests;

@@ -3,6 +3,8 @@
 //! world ([`World`]), an API server reduced to "writes land at once and are
 //! observed at once". Property tests of the §3c invariants are in `model`.
 
+/// Bad input through the sync stages (issue 14; docs/bad-input.md).
+mod bad_input;
 mod model;
 mod server;
 pub(crate) mod world;

@@ -220,5 +220,4 @@ impl Rules for V136 {
 }
 
 #[cfg(test)]
-#[path = "v136_tests.rs"]
 mod tests;

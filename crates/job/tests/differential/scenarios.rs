@@ -1,4 +1,4 @@
-//! The shared scenarios (`tests/support/scenarios`) against upstream and
+//! The shared scenarios (`kcm_job_testing::scenarios`) against upstream and
 //! kcm-rs: every checkpoint must match, then each scenario's expectations
 //! must hold.
 

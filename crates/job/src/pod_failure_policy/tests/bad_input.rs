@@ -3,7 +3,7 @@
 //! or older API server, or through objects stored before validation got
 //! stricter: the matcher must stay total, never panic and decide as
 //! upstream's `matchPodFailurePolicy` would. The refusals themselves are
-//! proven against the real API server in `crates/job/tests/bad_input.rs`.
+//! proven against the real API server in `crates/job/tests/bad_input`.
 
 use super::*;
 

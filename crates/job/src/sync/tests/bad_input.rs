@@ -1,7 +1,7 @@
 //! Bad input through the shipped sync over the model world (issue 14, "Bad input";
 //! docs/bad-input.md): hand-edited conditions, corrupted index strings and
 //! annotations, failed pods without container statuses. The same rows run
-//! against the real API server in `crates/job/tests/bad_input.rs`.
+//! against the real API server in `crates/job/tests/bad_input`.
 
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
 use k8s_openapi::api::core::v1::Pod;

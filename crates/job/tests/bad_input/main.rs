@@ -17,17 +17,9 @@
 //! (each test works in its own namespace); the few tests that need an API
 //! server configured otherwise start their own.
 
-mod support;
-
-#[path = "bad_input/failures.rs"]
 mod failures;
-#[path = "bad_input/indexes.rs"]
 mod indexes;
-#[path = "bad_input/logs.rs"]
-mod logs;
-#[path = "bad_input/owners.rs"]
 mod owners;
-#[path = "bad_input/rejected.rs"]
 mod rejected;
 
 use std::sync::OnceLock;
@@ -36,8 +28,10 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::in_process::{self, Detached};
+use kcm_e2e::logs;
 use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::FeatureGates;
+use kcm_job_testing as support;
 use kcm_runtime::controller::Settings;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};

@@ -9,8 +9,8 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::{Scenario, exact};
-use crate::support::script::*;
-use crate::support::*;
+use crate::script::*;
+use crate::*;
 
 /// Created suspended, resumed, suspended while running, resumed, completed.
 async fn suspend_resume(s: Scn) {

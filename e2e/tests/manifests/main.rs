@@ -5,10 +5,7 @@
 //! ServiceAccount bound by `base/rbac.yaml`, works in all four controllers (and
 //! leader election and events) without a single 403.
 
-#[path = "manifests/audit.rs"]
 mod audit;
-#[path = "manifests/support.rs"]
-mod support;
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -22,6 +19,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kcm_e2e::binaries::ensure_built;
 use kcm_e2e::kubelet;
+use kcm_e2e::manifests as support;
 use kcm_e2e::wait::{wait_for_list, wait_gone};
 use kcm_e2e::{ControlPlane, TestNamespace};
 use kube::api::ListParams;

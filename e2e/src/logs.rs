@@ -6,8 +6,6 @@
 //! controller starts (it does nothing if another subscriber came first,
 //! and [`Captured::wait_for`] then says so).
 
-#![allow(dead_code)] // each test binary uses a different part
-
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};

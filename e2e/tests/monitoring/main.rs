@@ -8,14 +8,7 @@
 //! also loads the PrometheusRule's rules and evaluates them without error,
 //! and `promtool check metrics` finds nothing to say about `/metrics`.
 
-#[path = "manifests/support.rs"]
-#[allow(dead_code)]
-mod support;
-
-#[path = "prometheus/promql.rs"]
 mod promql;
-
-#[path = "prometheus/table.rs"]
 mod table;
 
 use std::collections::BTreeSet;
@@ -26,6 +19,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::binaries::repo_root;
+use kcm_e2e::manifests as support;
 use kcm_e2e::prometheus::{Prometheus, Target, run_promtool};
 use kcm_e2e::wait::wait_gone;
 use kcm_e2e::{ControlPlane, apply, kubelet};

@@ -8,8 +8,8 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use super::{Scenario, exact};
-use crate::support::script::*;
-use crate::support::*;
+use crate::script::*;
+use crate::*;
 
 /// Deletes the running pod of a Job with podReplacementPolicy `policy`,
 /// snapshots, then lets the kubelet fail it (finished 30 s ago: no

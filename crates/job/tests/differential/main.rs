@@ -4,21 +4,13 @@
 //! conditions' type/status/reason/message, indexes) and the number of pods
 //! created must be identical.
 
-mod support;
-
 // Scripted scenarios (d12-d32): checkpoints along the way must match too;
 // d12-d24 are the shared scenarios the e2e suite also plays (scenarios.rs).
-#[path = "differential/cleanup.rs"]
 mod cleanup;
-#[path = "differential/gates.rs"]
 mod gates;
-#[path = "differential/scenarios.rs"]
 mod scenarios;
-#[path = "differential/versions.rs"]
 mod versions;
-#[path = "differential/workload.rs"]
 mod workload;
-#[path = "differential/workload_v136.rs"]
 mod workload_v136;
 
 use std::time::Duration;
@@ -27,6 +19,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::FeatureGates;
+use kcm_job_testing as support;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;

@@ -1,8 +1,16 @@
-//! Shared pieces of the Job controller's end-to-end and differential tests:
-//! start kcm-rs's or upstream's job-controller, play the kubelet, and read
-//! back what a user can observe.
-
-#![allow(dead_code)]
+//! kcm-job-testing: the shared pieces of the Job controller's
+//! integration and differential tests (`crates/job/tests`, each binary
+//! imports it as `support`), compiled once rather than into every test
+//! binary.
+//!
+//! Layout:
+//! - `lib.rs`: start kcm-rs's or upstream's job-controller (or both,
+//!   beside each other), play the kubelet, and read back what a user can
+//!   observe (outcomes, events, pod shapes, metrics);
+//! - `script.rs`: scripted runs with checkpoints ([`script::Script`]),
+//!   played against one side or both and compared;
+//! - `scenarios.rs` and `scenarios/`: the scenarios the e2e suite plays
+//!   alone and the differential suite against upstream.
 
 pub mod scenarios;
 pub mod script;
