@@ -2,15 +2,16 @@
 # Upstream's own e2e tests of the four controllers kcm-rs replaces
 # (`go test -c k8s.io/kubernetes/test/e2e` of each minor), run on the real
 # node (e2e/realnode, docs/real-node.md) against kcm-rs and against upstream
-# KCM. One node session per minor, suite and implementation: a fresh cluster
-# each time (the taint suite is Serial and Disruptive), the node's lock held
-# from up to down (node.sh session), and no session longer than one suite.
+# KCM. One node session per minor and suite (the node's lock held
+# throughout: node.sh session), a fresh cluster for each implementation
+# within it (the taint suite is Serial and Disruptive).
 #
 # usage:
 #   run.sh build 1.N...               e2e.test of each minor (cached; about
 #                                     10 minutes cold each; needs no lock)
-#   run.sh run 1.N SUITE IMPL         one session: up, IMPL, e2e.test on SUITE,
-#                                     down; results in target/upstream-e2e/1.N/SUITE/IMPL
+#   run.sh run 1.N SUITE IMPL...      one session: for each IMPL a fresh cluster
+#                                     (up), IMPL, e2e.test on SUITE, down;
+#                                     results in target/upstream-e2e/1.N/SUITE/IMPL
 #   run.sh all "1.34 1.37" "kcm kcm-rs" [SUITE...]
 #   run.sh report OUT_DIR 1.N...      markdown tables (OUT_DIR/<minor>-<suite>.md, summary.md)
 #   run.sh bar 1.N SUITE              every spec KCM passed passed for kcm-rs
@@ -76,18 +77,37 @@ snapshot_kcm_rs() {
 }
 kcm_rs_bin() { echo "${KCM_RS_BIN:-$work/kcm-rs}"; }
 
+# run 1.N SUITE IMPL...: one node session for the suite, a fresh cluster
+# (down, up) for each implementation within it.
 run() {
   local v suite impl
-  v="$(minor "$1")"; suite="$2"; impl="$3"
+  v="$(minor "$1")"; suite="$2"; shift 2
   focus_of "$suite" >/dev/null
-  case "$impl" in kcm|kcm-rs) ;; *) err "unknown implementation $impl (kcm or kcm-rs)"; exit 2 ;; esac
+  [[ $# -gt 0 ]] || { err "no implementation (kcm, kcm-rs)"; exit 2; }
+  for impl in "$@"; do
+    case "$impl" in kcm|kcm-rs) ;; *) err "unknown implementation $impl (kcm or kcm-rs)"; exit 2 ;; esac
+    if [[ "$impl" == kcm-rs && ! -x "$(kcm_rs_bin)" ]]; then snapshot_kcm_rs; fi
+  done
   [[ -x "$(e2e_bin "$v")" ]] || build "$v"
-  if [[ "$impl" == kcm-rs && ! -x "$(kcm_rs_bin)" ]]; then snapshot_kcm_rs; fi
-  "$realnode/node.sh" session --version "$v" -- "$here/run.sh" inside "$v" "$suite" "$impl"
+  "$realnode/node.sh" session --version "$v" -- "$here/run.sh" inside "$v" "$suite" "$@"
 }
 
-# inside 1.N SUITE IMPL: in a node session (KUBECONFIG etc. set).
+# inside 1.N SUITE IMPL...: in a node session (KUBECONFIG etc. set).
 inside() {
+  local v="$1" suite="$2" impl n=0 rc=0
+  shift 2
+  for impl in "$@"; do
+    if [[ $((n++)) -gt 0 ]]; then
+      say "a fresh cluster for $impl"
+      "$realnode/node.sh" down >&2 && "$realnode/node.sh" up --version "$v" >/dev/null || return 1
+    fi
+    (one "$v" "$suite" "$impl") || rc=1
+  done
+  return "$rc"
+}
+
+# one 1.N SUITE IMPL: IMPL and e2e.test on SUITE in the cluster up now.
+one() {
   local v="$1" suite="$2" impl="$3" out pid rc=0 began build kcm_args=()
   out="$work/$v/$suite/$impl"
   rm -rf "$out"; mkdir -p "$out"
@@ -150,9 +170,8 @@ all() {
   [[ " $impls " == *" kcm-rs "* ]] && snapshot_kcm_rs
   for v in $versions; do
     for s in "${suites[@]}"; do
-      for i in $impls; do
-        run "$v" "$s" "$i" || { err "session $v $s $i failed"; failed=1; }
-      done
+      # shellcheck disable=SC2086 # a list of implementations
+      run "$v" "$s" $impls || { err "session $v $s ($impls) failed"; failed=1; }
     done
   done
   say "all of $versions, ${suites[*]}, $impls: $(($(date +%s) - began))s"
@@ -172,7 +191,7 @@ main() {
 case "${1:-}" in
   build) shift; build "$@" ;;
   specs) shift; specs "$@" ;;
-  run) shift; [[ $# -eq 3 ]] || { err "usage: run.sh run 1.N SUITE IMPL"; exit 2; }; run "$@" ;;
+  run) shift; [[ $# -ge 3 ]] || { err "usage: run.sh run 1.N SUITE IMPL..."; exit 2; }; run "$@" ;;
   inside) shift; inside "$@" ;;
   all) shift; [[ $# -ge 2 ]] || { err "usage: run.sh all \"1.N...\" \"kcm kcm-rs\" [SUITE...]"; exit 2; }; all "$@" ;;
   report) shift; out="${1:?usage: run.sh report OUT_DIR 1.N...}"; shift
