@@ -162,6 +162,39 @@ fn controller_accounts(ns: &str, controllers: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// What every install shows once applied, each in the report: the
+/// replicas (probes, Lease), the example Jobs (with `managed_by`, plus
+/// `extra` and its expected end) run to their ends, and in the audit log the
+/// requests from the pods' addresses and the writers `w` allows. Returns the
+/// replicas and the pods seen.
+async fn verify(
+    node: &Node,
+    client: &kube::Client,
+    r: &mut Report,
+    p: &mut Problems,
+    w: &Writers<'_>,
+    managed_by: Option<&str>,
+    extra: &[(serde_json::Value, &str)],
+) -> (checks::Replicas, Seen) {
+    let reps = checks::replicas(node, client, w.ns, "kcm-rs", p).await;
+    r.section("Replicas, probes, Lease", &reps.markdown);
+    let seen = Seen::watch(client.clone());
+    jobs::evict_on_request(client.clone(), node.state.clone());
+    let ends = examples(client, &seen, managed_by, extra, p).await;
+    let title = match managed_by {
+        Some(m) => format!("Jobs (the examples with spec.managedBy: {m}; the others without)"),
+        None => "Example Jobs".to_string(),
+    };
+    r.section(&title, &ends);
+    let events = audit::read(&node.audit_log());
+    let creds = checks::in_cluster(&events, w.ns, &reps.ips, p);
+    r.section(
+        "Identities (audit log)",
+        &format!("{creds}\n{}", checks::writers(&events, w, p)),
+    );
+    (reps, seen)
+}
+
 const FOUR: &[&str] = &[
     "job-controller",
     "pod-garbage-collector-controller",
@@ -211,23 +244,12 @@ async fn manifests(node: &Node) {
         ),
     );
     node.kubectl(&["apply", "-k", "manifests/"]);
-    let reps = checks::replicas(node, &client, ns, "kcm-rs", &mut p).await;
-    r.section("Replicas, probes, Lease", &reps.markdown);
-    let seen = Seen::watch(client.clone());
-    jobs::evict_on_request(client.clone(), node.state.clone());
-    let ends = examples(&client, &seen, None, &[], &mut p).await;
-    r.section("Example Jobs", &ends);
-    let events = audit::read(&node.audit_log());
-    let creds = checks::in_cluster(&events, ns, &reps.ips, &mut p);
     let w = Writers {
         ns,
         controllers: FOUR,
         kcm_jobs: None,
     };
-    r.section(
-        "Identities (audit log)",
-        &format!("{creds}\n{}", checks::writers(&events, &w, &mut p)),
-    );
+    let (_, seen) = verify(node, &client, &mut r, &mut p, &w, None, &[]).await;
 
     // Upgrade A -> B -> A by rolling update, Jobs streaming throughout.
     let token = upgrade::metrics_token(node);
@@ -384,23 +406,12 @@ async fn chart(node: &Node) {
             helm.trim()
         ),
     );
-    let reps = checks::replicas(node, &client, ns, "kcm-rs", &mut p).await;
-    r.section("Replicas, probes, Lease", &reps.markdown);
-    let seen = Seen::watch(client.clone());
-    jobs::evict_on_request(client.clone(), node.state.clone());
-    let ends = examples(&client, &seen, None, &[], &mut p).await;
-    r.section("Example Jobs", &ends);
-    let events = audit::read(&node.audit_log());
-    let creds = checks::in_cluster(&events, ns, &reps.ips, &mut p);
     let w = Writers {
         ns,
         controllers: FOUR,
         kcm_jobs: None,
     };
-    r.section(
-        "Identities (audit log)",
-        &format!("{creds}\n{}", checks::writers(&events, &w, &mut p)),
-    );
+    verify(node, &client, &mut r, &mut p, &w, None, &[]).await;
     let token = upgrade::metrics_token(node);
     let mon = monitoring::run(node, ns, &token, &mut p).await;
     r.section("Monitoring", &mon);
@@ -448,22 +459,6 @@ async fn beside(node: &Node) {
         ),
     );
     node.kubectl(&["apply", "-k", "manifests/beside-kcm"]);
-    let reps = checks::replicas(node, &client, ns, "kcm-rs", &mut p).await;
-    let sas = node.kubectl(&["-n", ns, "get", "serviceaccounts", "-o", "name"]);
-    let ours: Vec<&str> = sas.lines().filter(|l| l.contains("kcm-rs")).collect();
-    p.check(
-        ours == [
-            "serviceaccount/kcm-rs",
-            "serviceaccount/kcm-rs-job-controller",
-        ],
-        format!("only the job controller's identity installed: {ours:?}"),
-    );
-    r.section(
-        "Replicas, probes, Lease",
-        &format!("{}\nkcm-rs ServiceAccounts: {ours:?}\n", reps.markdown),
-    );
-    let seen = Seen::watch(client.clone());
-    jobs::evict_on_request(client.clone(), node.state.clone());
     let mut kcm_job = jobs::examples(None)
         .into_iter()
         .find(|j| j["metadata"]["name"] == "sample")
@@ -473,24 +468,24 @@ async fn beside(node: &Node) {
         kcm_job,
         "Complete (CompletionsReached) succeeded=6 failed=0 pods=6 pods-succeeded=6 pods-failed=0 ignored=0",
     )];
-    let ends = examples(
-        &client,
-        &seen,
-        Some("kcm-rs.dev/job-controller"),
-        &extra,
-        &mut p,
-    )
-    .await;
-    r.section("Jobs (the examples with spec.managedBy: kcm-rs.dev/job-controller; sample-kcm without, KCM's)", &ends);
-    let events = audit::read(&node.audit_log());
-    let creds = checks::in_cluster(&events, ns, &reps.ips, &mut p);
     let kcm_sa = audit::sa("kube-system", "job-controller");
     let w = Writers {
         ns,
         controllers: &["job-controller"],
         kcm_jobs: Some((&kcm_sa, &["sample-kcm"])),
     };
-    let table = checks::writers(&events, &w, &mut p);
+    let managed = Some("kcm-rs.dev/job-controller");
+    verify(node, &client, &mut r, &mut p, &w, managed, &extra).await;
+    let sas = node.kubectl(&["-n", ns, "get", "serviceaccounts", "-o", "name"]);
+    let ours: Vec<&str> = sas.lines().filter(|l| l.contains("kcm-rs")).collect();
+    p.check(
+        ours == [
+            "serviceaccount/kcm-rs",
+            "serviceaccount/kcm-rs-job-controller",
+        ],
+        format!("only the job controller's identity installed: {ours:?}"),
+    );
+    let events = audit::read(&node.audit_log());
     // Pods created per identity: kcm-rs's for the managed Jobs, KCM's for sample-kcm.
     let created = |user: &str| {
         events
@@ -504,9 +499,12 @@ async fn beside(node: &Node) {
             })
             .count()
     };
-    let ours = created(&audit::sa(ns, "kcm-rs-job-controller"));
-    let theirs = created(&kcm_sa);
-    p.check(ours == 9 + 1 + 6 && theirs == 6, format!("pods created: kcm-rs-job-controller {ours} (managed Jobs' 16), KCM's job-controller {theirs} (sample-kcm's 6)"));
+    let created_rs = created(&audit::sa(ns, "kcm-rs-job-controller"));
+    let created_kcm = created(&kcm_sa);
+    p.check(
+        created_rs == 9 + 1 + 6 && created_kcm == 6,
+        format!("pods created: kcm-rs-job-controller {created_rs} (managed Jobs' 16), KCM's job-controller {created_kcm} (sample-kcm's 6)"),
+    );
     let foreign = events
         .iter()
         .filter(|e| {
@@ -520,8 +518,11 @@ async fn beside(node: &Node) {
         format!("kcm-rs wrote nothing of KCM's Job sample-kcm ({foreign} writes)"),
     );
     r.section(
-        "Identities (audit log)",
-        &format!("{creds}\nPods created: kcm-rs-job-controller {ours}, KCM's job-controller {theirs}; kcm-rs writes to sample-kcm or its pods: {foreign}.\n\n{table}"),
+        "Beside KCM",
+        &format!(
+            "kcm-rs ServiceAccounts: {ours:?}. Pods created: by kcm-rs-job-controller {created_rs}, \
+             by KCM's job-controller {created_kcm}; kcm-rs writes to sample-kcm or its pods: {foreign}.\n"
+        ),
     );
     r.finish(p);
 }

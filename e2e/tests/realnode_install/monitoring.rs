@@ -1,12 +1,24 @@
 //! Prometheus (the Debian package) against the live pods: the installed
-//! ServiceMonitor translated into a scrape config as the Prometheus Operator
-//! generates it (Service discovery through the API server, the endpoints of
-//! the selected Service, its TLS settings; the deprecated `bearerTokenFile`
-//! becomes `authorization.credentials_file`), the installed PrometheusRule
-//! loaded, and `KcmRsDown` firing when the Deployment is scaled to zero and
-//! clearing after.
+//! ServiceMonitor translated into the scrape config the Prometheus Operator
+//! generates from it (the endpoints of the selected Service, its TLS
+//! settings, its relabelling; the deprecated `bearerTokenFile` becomes
+//! `authorization.credentials_file`), the installed PrometheusRule loaded,
+//! and `KcmRsDown` firing when the Deployment is scaled to zero and clearing
+//! after.
+//!
+//! Debian builds Prometheus without `kubernetes_sd_configs` (no client-go in
+//! Debian), so the Service discovery is replayed: a task lists the Endpoints
+//! of the Services the ServiceMonitor selects every 2 s and writes the
+//! targets with the `__meta_kubernetes_*` labels the `endpoints` role gives
+//! into a `file_sd_configs` file; the Operator's relabelling then runs on
+//! them unchanged.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
 
 use kcm_e2e::prometheus::Prometheus;
 use serde_json::{Value, json};
@@ -14,11 +26,12 @@ use serde_json::{Value, json};
 use super::checks::Problems;
 use super::node::{Node, path};
 
-/// The Operator's scrape config for endpoint `i` of ServiceMonitor `sm`,
-/// discovering through `kubeconfig` and authenticating with `token_file`.
+/// The Operator's scrape config for endpoint `i` of ServiceMonitor `sm`, its
+/// targets from `targets_file` (see [`discover`]), authenticating with
+/// `token_file`.
 /// Panics on a field it does not translate, so a changed ServiceMonitor is
 /// not scraped with settings it does not have.
-pub fn scrape_config(sm: &Value, i: usize, kubeconfig: &str, token_file: &str) -> Value {
+pub fn scrape_config(sm: &Value, i: usize, targets_file: &str, token_file: &str) -> Value {
     let spec = &sm["spec"];
     let ns = sm["metadata"]["namespace"].as_str().expect("namespace");
     let name = sm["metadata"]["name"].as_str().expect("name");
@@ -45,20 +58,13 @@ pub fn scrape_config(sm: &Value, i: usize, kubeconfig: &str, token_file: &str) -
             "ServiceMonitor field {k} is not translated"
         );
     }
-    let namespaces = spec["namespaceSelector"]["matchNames"]
-        .as_array()
-        .cloned()
-        .unwrap_or_else(|| vec![json!(ns)]);
     let mut relabel =
         vec![json!({ "source_labels": ["job"], "target_label": "__tmp_prometheus_job_name" })];
     for (k, v) in spec["selector"]["matchLabels"]
         .as_object()
         .expect("matchLabels")
     {
-        let label: String = k
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .collect();
+        let label = label_name(k);
         relabel.push(json!({ "action": "keep",
             "source_labels": [format!("__meta_kubernetes_service_label_{label}"), format!("__meta_kubernetes_service_labelpresent_{label}")],
             "regex": format!("({});true", v.as_str().expect("label value")) }));
@@ -83,7 +89,8 @@ pub fn scrape_config(sm: &Value, i: usize, kubeconfig: &str, token_file: &str) -
     let mut c = json!({
         "job_name": format!("serviceMonitor/{ns}/{name}/{i}"),
         "honor_labels": false,
-        "kubernetes_sd_configs": [{ "role": "endpoints", "kubeconfig_file": kubeconfig, "namespaces": { "names": namespaces } }],
+        // In place of kubernetes_sd_configs [{role: endpoints, namespaces: {names: ...}}].
+        "file_sd_configs": [{ "files": [targets_file], "refresh_interval": "5s" }],
         "scheme": ep["scheme"].as_str().unwrap_or("http"),
         "metrics_path": ep["path"].as_str().unwrap_or("/metrics"),
         "relabel_configs": relabel,
@@ -111,6 +118,140 @@ pub fn scrape_config(sm: &Value, i: usize, kubeconfig: &str, token_file: &str) -
         c["authorization"] = json!({ "type": "Bearer", "credentials_file": token_file });
     }
     c
+}
+
+/// Prometheus's label name for a Kubernetes label key.
+fn label_name(k: &str) -> String {
+    k.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// Replays Prometheus's Kubernetes Service discovery (role `endpoints`) for
+/// ServiceMonitor `sm` into the file_sd file `file`, every 2 s: each address
+/// (ready or not) and port of the Endpoints of every Service its selector
+/// and namespaceSelector pick, with the `__meta_kubernetes_*` labels that
+/// role attaches (namespace, service name and labels, endpoint port and
+/// readiness, target pod and container).
+pub fn discover(client: kube::Client, sm: Value, file: PathBuf) {
+    tokio::spawn(async move {
+        let spec = &sm["spec"];
+        let own = sm["metadata"]["namespace"].clone();
+        let namespaces = spec["namespaceSelector"]["matchNames"]
+            .as_array()
+            .cloned()
+            .unwrap_or_else(|| vec![own]);
+        let selector: Vec<String> = spec["selector"]["matchLabels"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+            .collect();
+        loop {
+            let mut groups = Vec::new();
+            for ns in namespaces.iter().filter_map(Value::as_str) {
+                let services: Api<Service> = Api::namespaced(client.clone(), ns);
+                let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), ns);
+                let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+                let lp = ListParams::default().labels(&selector.join(","));
+                let Ok(list) = services.list(&lp).await else {
+                    continue;
+                };
+                for svc in list.items {
+                    let Ok(Some(ep)) = endpoints.get_opt(&svc.name_any()).await else {
+                        continue;
+                    };
+                    let mut base = serde_json::Map::new();
+                    base.insert("__meta_kubernetes_namespace".into(), json!(ns));
+                    base.insert(
+                        "__meta_kubernetes_service_name".into(),
+                        json!(svc.name_any()),
+                    );
+                    for (k, v) in svc.labels() {
+                        base.insert(
+                            format!("__meta_kubernetes_service_label_{}", label_name(k)),
+                            json!(v),
+                        );
+                        base.insert(
+                            format!("__meta_kubernetes_service_labelpresent_{}", label_name(k)),
+                            json!("true"),
+                        );
+                    }
+                    for subset in ep.subsets.into_iter().flatten() {
+                        let ready = subset.addresses.into_iter().flatten().map(|a| (a, "true"));
+                        let not_ready = subset
+                            .not_ready_addresses
+                            .into_iter()
+                            .flatten()
+                            .map(|a| (a, "false"));
+                        for (addr, is_ready) in ready.chain(not_ready) {
+                            for port in subset.ports.iter().flatten() {
+                                let mut labels = base.clone();
+                                labels.insert(
+                                    "__meta_kubernetes_endpoint_port_name".into(),
+                                    json!(port.name.clone().unwrap_or_default()),
+                                );
+                                labels.insert(
+                                    "__meta_kubernetes_endpoint_port_protocol".into(),
+                                    json!(port.protocol.clone().unwrap_or_default()),
+                                );
+                                labels.insert(
+                                    "__meta_kubernetes_endpoint_ready".into(),
+                                    json!(is_ready),
+                                );
+                                if let Some(t) = &addr.target_ref {
+                                    let (kind, name) = (
+                                        t.kind.clone().unwrap_or_default(),
+                                        t.name.clone().unwrap_or_default(),
+                                    );
+                                    labels.insert(
+                                        "__meta_kubernetes_endpoint_address_target_kind".into(),
+                                        json!(kind),
+                                    );
+                                    labels.insert(
+                                        "__meta_kubernetes_endpoint_address_target_name".into(),
+                                        json!(name),
+                                    );
+                                    if kind == "Pod"
+                                        && let Ok(pod) = pods.get(&name).await
+                                    {
+                                        labels.insert(
+                                            "__meta_kubernetes_pod_name".into(),
+                                            json!(name),
+                                        );
+                                        labels.insert(
+                                            "__meta_kubernetes_pod_ip".into(),
+                                            json!(addr.ip),
+                                        );
+                                        let spec = pod.spec.unwrap_or_default();
+                                        let c = spec.containers.iter().find(|c| {
+                                            c.ports
+                                                .iter()
+                                                .flatten()
+                                                .any(|cp| cp.container_port == port.port)
+                                        });
+                                        if let Some(c) = c {
+                                            labels.insert(
+                                                "__meta_kubernetes_pod_container_name".into(),
+                                                json!(c.name),
+                                            );
+                                        }
+                                    }
+                                }
+                                groups.push(json!({ "targets": [format!("{}:{}", addr.ip, port.port)], "labels": labels }));
+                            }
+                        }
+                    }
+                }
+            }
+            // Whole files only: Prometheus may read at any moment.
+            let tmp = file.with_extension("tmp");
+            if std::fs::write(&tmp, Value::Array(groups).to_string()).is_ok() {
+                let _ = std::fs::rename(&tmp, &file);
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    });
 }
 
 fn alert_state(alerts: &Value, name: &str) -> Option<String> {
@@ -148,8 +289,10 @@ pub async fn run(node: &Node, ns: &str, token: &str, p: &mut Problems) -> String
         .as_array()
         .map(Vec::len)
         .unwrap_or(0);
+    let targets_file = node.out.join("targets.json");
+    discover(node.client().await, sm.clone(), targets_file.clone());
     let scrapes: Vec<Value> = (0..eps)
-        .map(|i| scrape_config(&sm, i, path(&node.kubeconfig), path(&token_file)))
+        .map(|i| scrape_config(&sm, i, path(&targets_file), path(&token_file)))
         .collect();
     // The Operator's default evaluation interval.
     let config = json!({ "global": { "evaluation_interval": "30s" }, "scrape_configs": scrapes });
