@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::{Informable, Informer, ListWatch};
@@ -15,7 +16,8 @@ type Starter = Box<dyn FnOnce(kube::Client, CancellationToken) + Send>;
 struct Entry {
     informer: Arc<dyn Any + Send + Sync>,
     starter: Option<Starter>,
-    synced: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// The informer's synced flag (true once its first list is applied).
+    synced: watch::Receiver<bool>,
     kind: String,
 }
 
@@ -93,11 +95,10 @@ impl InformerFactory {
                 None => tokio::spawn(for_start.run_with(client, settings, stop)),
             };
         });
-        let for_sync = Arc::clone(&inf);
         let mut entry = Entry {
             informer: inf.clone(),
             starter: Some(starter),
-            synced: Arc::new(move || for_sync.has_synced()),
+            synced: inf.synced.subscribe(),
             kind: inf.kind().to_string(),
         };
         if let Some(stop) = inner.stop.clone()
@@ -123,7 +124,7 @@ impl InformerFactory {
     /// True when every informer has applied its first full list.
     pub fn has_synced(&self) -> bool {
         let inner = self.inner.lock();
-        inner.entries.values().all(|e| (e.synced)())
+        inner.entries.values().all(|e| *e.synced.borrow())
     }
 
     /// Kinds whose first list has not arrived yet.
@@ -132,15 +133,39 @@ impl InformerFactory {
         inner
             .entries
             .values()
-            .filter(|e| !(e.synced)())
+            .filter(|e| !*e.synced.borrow())
             .map(|e| e.kind.clone())
             .collect()
     }
 
-    /// Waits until every informer has synced.
+    /// Waits until every informer has synced, woken by the informers
+    /// themselves (no polling). Informers created meanwhile are waited
+    /// for too: the set is read again once the ones seen have synced.
     pub async fn wait_for_sync(&self) {
-        while !self.has_synced() {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        loop {
+            let waiting: Vec<watch::Receiver<bool>> = {
+                let inner = self.inner.lock();
+                inner
+                    .entries
+                    .values()
+                    .filter(|e| !*e.synced.borrow())
+                    .map(|e| e.synced.clone())
+                    .collect()
+            };
+            if waiting.is_empty() {
+                return;
+            }
+            for mut rx in waiting {
+                // The factory holds every informer, so its sender lives
+                // as long as the entry; a closed channel would never
+                // sync, and must not make this loop spin.
+                if rx.wait_for(|s| *s).await.is_err() {
+                    return;
+                }
+            }
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
