@@ -2,7 +2,8 @@
 # Builds the local control-plane binaries of one supported Kubernetes version
 # from the pinned k8s.io/kubernetes module into a cache folder, and does
 # nothing when that version's inputs (its go.mod and go.sum, the harness
-# sources, this script and the Go version) are unchanged.
+# sources with the shared ../localcp, this script and the Go version) are
+# unchanged.
 #
 # usage: e2e/harness/build.sh [OUT_DIR] [--version 1.N] [--with-kubectl] [--git-version vX.Y.Z]
 #
@@ -70,7 +71,7 @@ if command -v flock >/dev/null 2>&1; then
 fi
 
 tag="k8s_${version//./_}"
-inputs_hash="$( { go version; echo "$version $tag $git_version"; cat build.sh "$modfile" "$sumfile"; find . -path ./versions -prune -o -name '*.go' -type f -print | LC_ALL=C sort | xargs cat; } | sha256sum | cut -d' ' -f1)"
+inputs_hash="$( { go version; echo "$version $tag $git_version"; cat build.sh "$modfile" "$sumfile"; find . ../localcp -path ./versions -prune -o \( -name '*.go' -o -path ../localcp/go.mod \) -type f -print | LC_ALL=C sort | xargs cat; } | sha256sum | cut -d' ' -f1)"
 stale=()
 for t in "${targets[@]}"; do
   stamp="$dest/$t.stamp"

@@ -74,9 +74,11 @@ prepare() {
   kdir="$(kdir_of "$kver")"
   [[ -d "$kdir/test/integration" ]] || { echo "error: k8s.io/kubernetes@$kver is not in the module cache and cannot be downloaded" >&2; exit 1; }
   src="$work/$v/src"
-  rm -rf "$src"; mkdir -p "$src"
+  rm -rf "$src" "$work/$v/localcp"; mkdir -p "$src"
   cp "$mf" "$src/go.mod"; cp "${mf%.mod}.sum" "$src/go.sum"
   cp -r "$here/extctl" "$here/cmd" "$src/"
+  # The module files replace the shared helpers with ../localcp.
+  cp -r "$here/../localcp" "$work/$v/localcp"
   for s in "${all_suites[@]}"; do
     mkdir -p "$src/$s"
     cp "$kdir/test/integration/$s/"*.go "$src/$s/"
@@ -97,7 +99,7 @@ build() {
   v="$(minor "$1")"; shift
   local suites=("$@"); [[ ${#suites[@]} -gt 0 ]] || suites=("${all_suites[@]}")
   kver="$(kver_of "$v")"; src="$work/$v/src"; bin="$work/$v/bin"
-  [[ -d "$src" ]] || prepare "$v"
+  [[ -d "$src" && -d "$work/$v/localcp" ]] || prepare "$v"
   mkdir -p "$bin"
   kmajor="$(echo "${kver#v}" | cut -d. -f1)"; kminor="$(echo "${kver#v}" | cut -d. -f2)"
   # The in-process API server reports a real version, as a release build does.
@@ -107,7 +109,7 @@ build() {
   done
   cd "$src"
   for s in etcd "${suites[@]}"; do
-    hash="$( { go version; echo "$ldflags"; cat go.mod go.sum; find extctl cmd -name '*.go' | sort | xargs cat; [[ $s == etcd ]] || cat "$s"/*.go; } | sha256sum | cut -d' ' -f1)"
+    hash="$( { go version; echo "$ldflags"; cat go.mod go.sum ../localcp/go.mod; find extctl cmd ../localcp -name '*.go' | sort | xargs cat; [[ $s == etcd ]] || cat "$s"/*.go; } | sha256sum | cut -d' ' -f1)"
     if [[ -f "$bin/$s.stamp" && "$(cat "$bin/$s.stamp")" == "$hash" ]]; then continue; fi
     local t0; t0=$(date +%s)
     if [[ $s == etcd ]]; then
@@ -272,24 +274,30 @@ gen() {
   staging_tag="v0.$(echo "$full" | cut -d. -f2,3)"
   kmod="$(cd "$(mktemp -d)" && go mod download -json "k8s.io/kubernetes@v$full" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
   go_line="$(awk '$1 == "go" { print $2; exit }' "$kmod")"
-  tmp="$work/gen-$v"; rm -rf "$tmp"; mkdir -p "$tmp"
+  tmp="$work/gen-$v/src"; rm -rf "$work/gen-$v"; mkdir -p "$tmp"
   {
     echo "module github.com/kcm-rs/kcm-rs/e2e/upstream-suites"
     echo; echo "go $go_line"; echo
-    echo "require k8s.io/kubernetes v$full"
+    echo "require ("
+    echo "	github.com/kcm-rs/kcm-rs/e2e/localcp v0.0.0"
+    echo "	k8s.io/kubernetes v$full"
+    echo ")"
     echo; echo "replace ("
     awk '$2 == "=>" && $3 ~ /^\.\/staging\// { print $1 }' "$kmod" | LC_ALL=C sort | while read -r m; do echo "	$m => $m $staging_tag"; done
     echo ")"
+    echo; echo "// The local control plane helpers both Go harnesses share."
+    echo "replace github.com/kcm-rs/kcm-rs/e2e/localcp => ../localcp"
   } > "$tmp/go.mod"
   # tidy over the unpatched tests, extctl and the commands
   local kdir; kdir="$(kdir_of "v$full")"
   cp -r "$here/extctl" "$here/cmd" "$tmp/"
+  cp -r "$here/../localcp" "$work/gen-$v/localcp"
   for s in "${all_suites[@]}"; do mkdir -p "$tmp/$s"; cp "$kdir/test/integration/$s/"*.go "$tmp/$s/"; done
   chmod -R u+w "$tmp"
   (cd "$tmp" && go mod tidy)
   local mf; mf="$(modfile_of "$v")"; mkdir -p "$(dirname "$mf")"
   cp "$tmp/go.mod" "$mf"; cp "$tmp/go.sum" "${mf%.mod}.sum"
-  rm -rf "$tmp"
+  rm -rf "$work/gen-$v"
   echo "wrote $mf (k8s.io/kubernetes v$full)" >&2
 }
 

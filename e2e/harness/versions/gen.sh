@@ -2,8 +2,8 @@
 # Writes the module file of one supported Kubernetes version for the harness:
 # versions/<major.minor>/go.mod and go.sum, pinning k8s.io/kubernetes at the
 # given release, every staging module it replaces at the matching v0.x.y tag,
-# and the etcd server that release uses. The harness sources (cmd/, internal/)
-# are shared: build.sh builds them with `go build -modfile=versions/N/go.mod`.
+# and the etcd server that release uses. The harness sources (cmd/, internal/,
+# and ../localcp, which e2e/upstream-suites shares) are shared: build.sh builds them with `go build -modfile=versions/N/go.mod`.
 #
 # The default version (1.34) is the harness's own go.mod at its root.
 #
@@ -32,6 +32,7 @@ mapfile -t staging < <(awk '$2 == "=>" && $3 ~ /^\.\/staging\// { print $1 }' "$
   echo "go $go_line"
   echo
   echo "require ("
+  echo "	github.com/kcm-rs/kcm-rs/e2e/localcp v0.0.0"
   echo "	go.etcd.io/etcd/server/v3 $etcd"
   echo "	k8s.io/component-base $staging_tag"
   echo "	k8s.io/kubectl v0.0.0"
@@ -41,6 +42,9 @@ mapfile -t staging < <(awk '$2 == "=>" && $3 ~ /^\.\/staging\// { print $1 }' "$
   echo "replace ("
   for m in "${staging[@]}"; do echo "	$m => $m $staging_tag"; done
   echo ")"
+  echo
+  echo "// The local control plane helpers both Go harnesses share."
+  echo "replace github.com/kcm-rs/kcm-rs/e2e/localcp => ../localcp"
 } > "$modfile"
 rm -f "${modfile%.mod}.sum"
 cd "$harness"

@@ -35,7 +35,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -54,6 +53,8 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	restclient "k8s.io/client-go/rest"
 	basemetrics "k8s.io/component-base/metrics"
+
+	"github.com/kcm-rs/kcm-rs/e2e/localcp"
 )
 
 // NotRunnable starts the skip message of a test that cannot run against an
@@ -229,15 +230,6 @@ func GateFlags() (gates, emulated string) {
 	return strings.Join(kv, ","), emulated
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 var nameRe = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 
 func writeKubeconfig(path string, cfg *restclient.Config) error {
@@ -313,7 +305,7 @@ func start(tb testing.TB, cfg *restclient.Config, controller string, opts []Opti
 	if err := writeKubeconfig(kubeconfig, cfg); err != nil {
 		return nil, fmt.Errorf("extctl: writing %s: %w", kubeconfig, err)
 	}
-	port, err := freePort()
+	port, err := localcp.FreePort()
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -30,16 +29,8 @@ import (
 
 	"github.com/kcm-rs/kcm-rs/e2e/harness/internal/certs"
 	"github.com/kcm-rs/kcm-rs/e2e/harness/internal/lifecycle"
+	"github.com/kcm-rs/kcm-rs/e2e/localcp"
 )
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 func checkPortFree(port int) error {
 	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
@@ -47,42 +38,6 @@ func checkPortFree(port int) error {
 		return err
 	}
 	return l.Close()
-}
-
-func startEtcd(dir string) (*embed.Etcd, string, error) {
-	clientPort, err := freePort()
-	if err != nil {
-		return nil, "", err
-	}
-	peerPort, err := freePort()
-	if err != nil {
-		return nil, "", err
-	}
-	cfg := embed.NewConfig()
-	cfg.Name = "kcm-e2e"
-	cfg.Dir = filepath.Join(dir, "etcd")
-	cfg.LogLevel = "error"
-	cfg.Logger = "zap"
-	cu, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(clientPort))
-	pu, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(peerPort))
-	cfg.ListenClientUrls = []url.URL{*cu}
-	cfg.AdvertiseClientUrls = []url.URL{*cu}
-	cfg.ListenPeerUrls = []url.URL{*pu}
-	cfg.AdvertisePeerUrls = []url.URL{*pu}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	// Tests write thousands of small objects; fsync per write would dominate.
-	cfg.UnsafeNoFsync = true
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, "", err
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-		return e, cu.String(), nil
-	case <-time.After(60 * time.Second):
-		e.Close()
-		return nil, "", errors.New("etcd did not become ready within 60s")
-	}
 }
 
 func writeKubeconfig(path, server string, p *certs.PKI) error {
@@ -203,7 +158,7 @@ func main() {
 	}
 
 	if *port == 0 {
-		p, err := freePort()
+		p, err := localcp.FreePort()
 		if err != nil {
 			fail("finding a free port", err, "")
 		}
@@ -215,7 +170,7 @@ func main() {
 	if err != nil {
 		fail("generating certificates", err, "")
 	}
-	e, etcdURL, err := startEtcd(*dir)
+	e, etcdURL, err := localcp.StartEtcd(filepath.Join(*dir, "etcd"), "kcm-e2e")
 	if err != nil {
 		fail("starting embedded etcd", err, "")
 	}

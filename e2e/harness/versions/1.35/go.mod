@@ -3,6 +3,7 @@ module github.com/kcm-rs/kcm-rs/e2e/harness
 go 1.25.0
 
 require (
+	github.com/kcm-rs/kcm-rs/e2e/localcp v0.0.0
 	go.etcd.io/etcd/server/v3 v3.6.5
 	k8s.io/component-base v0.35.4
 	k8s.io/kubectl v0.0.0
@@ -222,3 +223,6 @@ replace (
 	k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.35.4
 	k8s.io/sample-controller => k8s.io/sample-controller v0.35.4
 )
+
+// The local control plane helpers both Go harnesses share.
+replace github.com/kcm-rs/kcm-rs/e2e/localcp => ../localcp

@@ -3,6 +3,7 @@ module github.com/kcm-rs/kcm-rs/e2e/harness
 go 1.26.0
 
 require (
+	github.com/kcm-rs/kcm-rs/e2e/localcp v0.0.0
 	go.etcd.io/etcd/server/v3 v3.7.0
 	k8s.io/component-base v0.37.2
 	k8s.io/kubectl v0.0.0
@@ -221,3 +222,6 @@ replace (
 	k8s.io/sample-controller => k8s.io/sample-controller v0.37.2
 	k8s.io/streaming => k8s.io/streaming v0.37.2
 )
+
+// The local control plane helpers both Go harnesses share.
+replace github.com/kcm-rs/kcm-rs/e2e/localcp => ../localcp

@@ -1,6 +1,7 @@
 // Command suites-etcd runs an embedded etcd on a free 127.0.0.1 port for
 // upstream's integration tests (their framework reads the URL from
-// KUBE_INTEGRATION_ETCD_URL), as e2e/harness's kcm-e2e-apiserver embeds one.
+// KUBE_INTEGRATION_ETCD_URL), started as e2e/harness's kcm-e2e-apiserver
+// starts its own (e2e/localcp).
 //
 // It prints one line, "READY <client url>", once etcd serves, and exits when
 // its stdin closes or on SIGINT/SIGTERM, removing its data folder.
@@ -11,25 +12,12 @@ package main
 import (
 	"fmt"
 	"io"
-	"net"
-	"net/url"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
-	"time"
 
-	"go.etcd.io/etcd/server/v3/embed"
+	"github.com/kcm-rs/kcm-rs/e2e/localcp"
 )
-
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fail(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 func fail(err error) {
 	fmt.Fprintf(os.Stderr, "error: suites-etcd: %v\n", err)
@@ -43,30 +31,11 @@ func main() {
 	}
 	dir := os.Args[1]
 	_ = os.RemoveAll(dir)
-	cu, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(freePort()))
-	pu, _ := url.Parse("http://127.0.0.1:" + strconv.Itoa(freePort()))
-	cfg := embed.NewConfig()
-	cfg.Name = "upstream-suites"
-	cfg.Dir = dir
-	cfg.LogLevel = "error"
-	cfg.Logger = "zap"
-	cfg.ListenClientUrls = []url.URL{*cu}
-	cfg.AdvertiseClientUrls = []url.URL{*cu}
-	cfg.ListenPeerUrls = []url.URL{*pu}
-	cfg.AdvertisePeerUrls = []url.URL{*pu}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	// Each test writes many small objects; an fsync per write would dominate.
-	cfg.UnsafeNoFsync = true
-	e, err := embed.StartEtcd(cfg)
+	e, url, err := localcp.StartEtcd(dir, "upstream-suites")
 	if err != nil {
 		fail(err)
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(60 * time.Second):
-		fail(fmt.Errorf("etcd did not become ready within 60s"))
-	}
-	fmt.Printf("READY %s\n", cu.String())
+	fmt.Printf("READY %s\n", url)
 	done := make(chan struct{}, 2)
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)

@@ -3,6 +3,7 @@ module github.com/kcm-rs/kcm-rs/e2e/upstream-suites
 go 1.25.0
 
 require (
+	github.com/kcm-rs/kcm-rs/e2e/localcp v0.0.0
 	github.com/google/go-cmp v0.7.0
 	github.com/prometheus/client_model v0.6.2
 	go.etcd.io/etcd/client/v3 v3.6.5
@@ -204,3 +205,6 @@ replace (
 	k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.35.4
 	k8s.io/sample-controller => k8s.io/sample-controller v0.35.4
 )
+
+// The local control plane helpers both Go harnesses share.
+replace github.com/kcm-rs/kcm-rs/e2e/localcp => ../localcp

@@ -3,6 +3,7 @@ module github.com/kcm-rs/kcm-rs/e2e/upstream-suites
 go 1.26.0
 
 require (
+	github.com/kcm-rs/kcm-rs/e2e/localcp v0.0.0
 	github.com/google/go-cmp v0.7.0
 	github.com/prometheus/client_model v0.6.2
 	go.etcd.io/etcd/client/v3 v3.7.0
@@ -205,3 +206,6 @@ replace (
 	k8s.io/sample-controller => k8s.io/sample-controller v0.37.2
 	k8s.io/streaming => k8s.io/streaming v0.37.2
 )
+
+// The local control plane helpers both Go harnesses share.
+replace github.com/kcm-rs/kcm-rs/e2e/localcp => ../localcp
