@@ -56,6 +56,10 @@ struct Flags {
     /// W8's relist storms: at which of `--w8-pods`.
     #[arg(long, default_value = "20000", value_delimiter = ',')]
     w8_storm: Vec<usize>,
+    /// W8's rounds at each size (KCM and kcm-rs measured once each per
+    /// round; rows report medians).
+    #[arg(long, default_value_t = 3)]
+    w8_repeat: usize,
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
     #[arg(long, default_value = "target/release/kcm-rs")]
@@ -397,11 +401,9 @@ async fn main() -> anyhow::Result<()> {
         results.workloads.push(w7(&env, &flags).await?);
     }
     if run("w8") {
-        let mut r = Vec::new();
-        for imp in Impl::BOTH {
-            r.push(apiserver::run(&env, imp, &flags.w8_pods, &flags.w8_storm).await?);
-        }
-        results.workloads.extend(apiserver::workloads(&r[0], &r[1]));
+        let (up, us) =
+            apiserver::run(&env, &flags.w8_pods, &flags.w8_storm, flags.w8_repeat).await?;
+        results.workloads.extend(apiserver::workloads(&up, &us));
     }
     let mut scaling_points = None;
     if run("w6") {
