@@ -24,6 +24,7 @@ pub mod manifests;
 pub mod namespace;
 pub mod procstat;
 pub mod prometheus;
+pub mod thread;
 pub mod upstream;
 pub mod wait;
 pub mod wire;

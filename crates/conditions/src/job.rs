@@ -72,59 +72,35 @@ mod tests {
         Timestamp::from_second(s).expect("valid")
     }
 
+    /// Ensures `Suspended` with `status`, `reason` and `message` at second `t`.
+    fn suspended(
+        l: &mut Vec<JobCondition>,
+        status: &str,
+        reason: &str,
+        message: &str,
+        t: i64,
+    ) -> bool {
+        ensure_job_condition_status(l, "Suspended", status, reason, message, at(t))
+    }
+
     #[test]
     fn missing_false_is_not_added_but_true_is() {
         let mut l = Vec::new();
-        assert!(!ensure_job_condition_status(
-            &mut l,
-            "Suspended",
-            "False",
-            "JobResumed",
-            "m",
-            at(1)
-        ));
+        assert!(!suspended(&mut l, "False", "JobResumed", "m", 1));
         assert!(l.is_empty());
-        assert!(ensure_job_condition_status(
-            &mut l,
-            "Suspended",
-            "True",
-            "JobSuspended",
-            "m",
-            at(1)
-        ));
+        assert!(suspended(&mut l, "True", "JobSuspended", "m", 1));
         assert!(is_job_condition_true(&l, "Suspended"));
     }
 
     #[test]
     fn any_difference_replaces_with_fresh_times() {
         let mut l = Vec::new();
-        ensure_job_condition_status(&mut l, "Suspended", "True", "JobSuspended", "a", at(1));
-        assert!(!ensure_job_condition_status(
-            &mut l,
-            "Suspended",
-            "True",
-            "JobSuspended",
-            "a",
-            at(2)
-        ));
+        suspended(&mut l, "True", "JobSuspended", "a", 1);
+        assert!(!suspended(&mut l, "True", "JobSuspended", "a", 2));
         assert_eq!(l[0].last_transition_time, Some(Time(at(1))));
-        assert!(ensure_job_condition_status(
-            &mut l,
-            "Suspended",
-            "True",
-            "JobSuspended",
-            "b",
-            at(3)
-        ));
+        assert!(suspended(&mut l, "True", "JobSuspended", "b", 3));
         assert_eq!(l[0].last_transition_time, Some(Time(at(3))));
-        assert!(ensure_job_condition_status(
-            &mut l,
-            "Suspended",
-            "False",
-            "JobResumed",
-            "c",
-            at(4)
-        ));
+        assert!(suspended(&mut l, "False", "JobResumed", "c", 4));
         assert_eq!(l.len(), 1);
         assert!(!is_job_condition_true(&l, "Suspended"));
     }

@@ -130,17 +130,20 @@ mod tests {
         p
     }
 
+    fn conditions(p: &PodDisruptionBudget) -> Vec<Condition> {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .expect("conditions")
+    }
+
     #[test]
     fn condition_follows_disruptions_allowed_and_keeps_transition_time() {
         let mut p = pdb(2, 2, 1);
         assert!(!conditions_are_up_to_date(&p));
         update_disruption_allowed_condition(&mut p, at(10));
         assert!(conditions_are_up_to_date(&p));
-        let c = p
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.clone())
-            .expect("c");
+        let c = conditions(&p);
         assert_eq!(
             (
                 c[0].status.as_str(),
@@ -153,11 +156,7 @@ mod tests {
         assert_eq!(c[0].last_transition_time, Time(at(10)));
         // Same status later: transition time kept.
         update_disruption_allowed_condition(&mut p, at(20));
-        let c = p
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.clone())
-            .expect("c");
+        let c = conditions(&p);
         assert_eq!(c[0].last_transition_time, Time(at(10)));
         // Flip to False: new transition time.
         if let Some(s) = p.status.as_mut() {
@@ -165,11 +164,7 @@ mod tests {
         }
         assert!(!conditions_are_up_to_date(&p));
         update_disruption_allowed_condition(&mut p, at(30));
-        let c = p
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.clone())
-            .expect("c");
+        let c = conditions(&p);
         assert_eq!(
             (c[0].status.as_str(), c[0].reason.as_str()),
             ("False", REASON_INSUFFICIENT_PODS)

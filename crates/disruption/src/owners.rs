@@ -2,7 +2,7 @@
 //! ReplicationController; a Deployment through its ReplicaSet; a
 //! ReplicaSet not controlled by a Deployment; a StatefulSet. Each checks
 //! kind and API group, reads the owner from the cache, and answers "not
-//! mine" when it is missing or its UID differs.
+//! mine" when it is missing or its UID differs ([`builtin_scale`]).
 
 use std::sync::Arc;
 
@@ -10,6 +10,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::ReplicationController;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kcm_pod::meta::controller_of;
+use kube::Resource;
 
 use crate::expected::{ControllerScale, ExpectedError, parse_group_version};
 
@@ -27,113 +28,63 @@ fn is_kind(owner: &OwnerReference, kind: &str, groups: &[&str]) -> Result<bool, 
     Ok(owner.kind == kind && groups.contains(&group))
 }
 
-/// Unset replicas cannot reach the cache (the API server defaults them to
-/// 1); treat them as upstream's defaulting would.
-fn replicas(r: Option<i32>) -> i32 {
-    r.unwrap_or(1)
+/// The cached object `r` names, if it is still the one `r` means (its UID).
+fn referent<T: Resource<DynamicType = ()>>(
+    found: Option<Arc<T>>,
+    r: &OwnerReference,
+) -> Option<Arc<T>> {
+    found.filter(|o| o.meta().uid.as_deref().unwrap_or("") == r.uid)
 }
 
-fn uid_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
-    meta.uid.as_deref().unwrap_or("")
+/// The scale of the controller `r`; unset replicas cannot reach the cache
+/// (the API server defaults them to 1), so they count as upstream's
+/// defaulting would.
+fn scale(r: &OwnerReference, replicas: Option<i32>) -> ControllerScale {
+    ControllerScale {
+        uid: r.uid.clone(),
+        replicas: replicas.unwrap_or(1),
+    }
 }
 
 const RS_GROUPS: &[&str] = &["apps", "extensions"];
 
-fn rc(
-    o: &OwnerReference,
-    ns: &str,
-    c: &impl OwnerCache,
-) -> Result<Option<ControllerScale>, ExpectedError> {
-    if !is_kind(o, "ReplicationController", &[""])? {
-        return Ok(None);
-    }
-    Ok(c.replication_controller(ns, &o.name)
-        .filter(|rc| uid_of(&rc.metadata) == o.uid)
-        .map(|rc| ControllerScale {
-            uid: o.uid.clone(),
-            replicas: replicas(rc.spec.as_ref().and_then(|s| s.replicas)),
-        }))
-}
-
-fn deployment(
-    o: &OwnerReference,
-    ns: &str,
-    c: &impl OwnerCache,
-) -> Result<Option<ControllerScale>, ExpectedError> {
-    if !is_kind(o, "ReplicaSet", RS_GROUPS)? {
-        return Ok(None);
-    }
-    let Some(rs) = c
-        .replica_set(ns, &o.name)
-        .filter(|rs| uid_of(&rs.metadata) == o.uid)
-    else {
-        return Ok(None);
-    };
-    let Some(d_ref) = controller_of(&rs.metadata) else {
-        return Ok(None);
-    };
-    if !is_kind(d_ref, "Deployment", RS_GROUPS)? {
-        return Ok(None);
-    }
-    Ok(c.deployment(ns, &d_ref.name)
-        .filter(|d| uid_of(&d.metadata) == d_ref.uid)
-        .map(|d| ControllerScale {
-            uid: d_ref.uid.clone(),
-            replicas: replicas(d.spec.replicas),
-        }))
-}
-
-fn replica_set(
-    o: &OwnerReference,
-    ns: &str,
-    c: &impl OwnerCache,
-) -> Result<Option<ControllerScale>, ExpectedError> {
-    if !is_kind(o, "ReplicaSet", RS_GROUPS)? {
-        return Ok(None);
-    }
-    let Some(rs) = c
-        .replica_set(ns, &o.name)
-        .filter(|rs| uid_of(&rs.metadata) == o.uid)
-    else {
-        return Ok(None);
-    };
-    // Upstream skips any ReplicaSet whose controller has kind Deployment
-    // (group not checked), even when that Deployment is gone.
-    if controller_of(&rs.metadata).is_some_and(|r| r.kind == "Deployment") {
-        return Ok(None);
-    }
-    Ok(Some(ControllerScale {
-        uid: o.uid.clone(),
-        replicas: replicas(rs.spec.replicas),
-    }))
-}
-
-fn stateful_set(
-    o: &OwnerReference,
-    ns: &str,
-    c: &impl OwnerCache,
-) -> Result<Option<ControllerScale>, ExpectedError> {
-    if !is_kind(o, "StatefulSet", &["apps"])? {
-        return Ok(None);
-    }
-    Ok(c.stateful_set(ns, &o.name)
-        .filter(|s| uid_of(&s.metadata) == o.uid)
-        .map(|s| ControllerScale {
-            uid: o.uid.clone(),
-            replicas: replicas(s.spec.replicas),
-        }))
-}
-
-/// The built-in finders in upstream's order; the first answer wins.
+/// The built-in finders in upstream's order, the first answer winning.
+/// Each claims one kind (and API group) of `owner`, so at most one is
+/// asked; a ReplicaSet is asked of twice, for its Deployment, then for
+/// itself.
 pub fn builtin_scale(
     owner: &OwnerReference,
     ns: &str,
     cache: &impl OwnerCache,
 ) -> Result<Option<ControllerScale>, ExpectedError> {
-    for finder in [rc, deployment, replica_set, stateful_set] {
-        if let Some(s) = finder(owner, ns, cache)? {
-            return Ok(Some(s));
+    let o = owner;
+    if is_kind(o, "ReplicationController", &[""])? {
+        let rc = referent(cache.replication_controller(ns, &o.name), o);
+        return Ok(rc.map(|rc| scale(o, rc.spec.as_ref().and_then(|s| s.replicas))));
+    }
+    if is_kind(o, "ReplicaSet", RS_GROUPS)? {
+        let Some(rs) = referent(cache.replica_set(ns, &o.name), o) else {
+            return Ok(None);
+        };
+        let parent = controller_of(&rs.metadata);
+        // The Deployment finder: the ReplicaSet's controlling Deployment.
+        if let Some(d_ref) = parent
+            && is_kind(d_ref, "Deployment", RS_GROUPS)?
+        {
+            let d = referent(cache.deployment(ns, &d_ref.name), d_ref);
+            return Ok(d.map(|d| scale(d_ref, d.spec.replicas)));
         }
+        // The ReplicaSet finder skips any ReplicaSet whose controller has
+        // kind Deployment (group not checked), even when that Deployment
+        // is gone.
+        if parent.is_some_and(|r| r.kind == "Deployment") {
+            return Ok(None);
+        }
+        return Ok(Some(scale(o, rs.spec.replicas)));
+    }
+    if is_kind(o, "StatefulSet", &["apps"])? {
+        let set = referent(cache.stateful_set(ns, &o.name), o);
+        return Ok(set.map(|s| scale(o, s.spec.replicas)));
     }
     Ok(None)
 }

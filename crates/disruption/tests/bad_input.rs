@@ -44,21 +44,6 @@ async fn setup(prefix: &str) -> (kube::Client, String) {
     (c, ns)
 }
 
-fn sel(app: &str) -> serde_json::Value {
-    json!({ "matchLabels": { "app": app } })
-}
-
-/// (currentHealthy, desiredHealthy, expectedPods, disruptionsAllowed).
-fn counts(p: &k8s_openapi::api::policy::v1::PodDisruptionBudget) -> (i32, i32, i32, i32) {
-    let s = p.status.clone().unwrap_or_default();
-    (
-        s.current_healthy.unwrap_or(0),
-        s.desired_healthy.unwrap_or(0),
-        s.expected_pods.unwrap_or(0),
-        s.disruptions_allowed.unwrap_or(0),
-    )
-}
-
 fn condition_message(p: &k8s_openapi::api::policy::v1::PodDisruptionBudget) -> String {
     p.status
         .as_ref()
@@ -87,17 +72,7 @@ async fn wait_event(c: &kube::Client, ns: &str, involved: &str, part: &str) -> S
 /// controller keeps working.
 async fn control(c: &kube::Client, ns: &str) {
     let rs = replica_set(c, ns, "ctl", "ctl", 2).await;
-    for i in 0..2 {
-        pod(
-            c,
-            ns,
-            &format!("ctl-{i}"),
-            "ctl",
-            Some(owner_ref(&rs)),
-            true,
-        )
-        .await;
-    }
+    ready_pods(c, ns, "ctl", 2, &rs).await;
     pdb(
         c,
         ns,

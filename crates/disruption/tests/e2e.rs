@@ -8,6 +8,7 @@ mod support;
 
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::in_process::{self, InProcess};
 use kcm_e2e::kubelet::{add_pod_condition, condition, run_pod};
@@ -29,14 +30,32 @@ async fn ours(cp: &ControlPlane, settings: Settings, gates: FeatureGates) -> InP
         .expect("disruption controller started")
 }
 
-fn counts(p: &k8s_openapi::api::policy::v1::PodDisruptionBudget) -> (i32, i32, i32, i32) {
-    let s = p.status.clone().unwrap_or_default();
-    (
-        s.current_healthy.unwrap_or(0),
-        s.desired_healthy.unwrap_or(0),
-        s.expected_pods.unwrap_or(0),
-        s.disruptions_allowed.unwrap_or(0),
+/// A control plane with our controller, a namespace named after `prefix`,
+/// and in it the ReplicaSet `web` of 3 Ready pods under the PDB `web`
+/// (minAvailable 2).
+struct Web {
+    cp: ControlPlane,
+    ctl: InProcess,
+    c: kube::Client,
+    ns: String,
+    rs: ReplicaSet,
+}
+
+async fn web(prefix: &str) -> Web {
+    let cp = ControlPlane::start().expect("control plane");
+    let c = cp.client().await.expect("client");
+    let ns = TestNamespace::create(&c, prefix).await.expect("ns").name;
+    let ctl = ours(&cp, Settings::default(), FeatureGates::default()).await;
+    let rs = replica_set(&c, &ns, "web", "web", 3).await;
+    ready_pods(&c, &ns, "web", 3, &rs).await;
+    pdb(
+        &c,
+        &ns,
+        "web",
+        json!({ "minAvailable": 2, "selector": sel("web") }),
     )
+    .await;
+    Web { cp, ctl, c, ns, rs }
 }
 
 #[tokio::test]
@@ -55,34 +74,14 @@ async fn the_shared_scenarios_settle_as_expected() {
 
 #[tokio::test]
 async fn pdb_status_over_replicaset_and_deployment_pods() {
-    let cp = ControlPlane::start().expect("control plane");
-    let c = cp.client().await.expect("client");
-    let ns = TestNamespace::create(&c, "pdb-status")
-        .await
-        .expect("ns")
-        .name;
-    let _ctl = ours(&cp, Settings::default(), FeatureGates::default()).await;
-
     // A ReplicaSet of 3 with its 3 pods Ready; integer minAvailable.
-    let rs = replica_set(&c, &ns, "web", "web", 3).await;
-    for i in 0..3 {
-        pod(
-            &c,
-            &ns,
-            &format!("web-{i}"),
-            "web",
-            Some(owner_ref(&rs)),
-            true,
-        )
-        .await;
-    }
-    pdb(
-        &c,
-        &ns,
-        "web",
-        json!({ "minAvailable": 2, "selector": { "matchLabels": { "app": "web" } } }),
-    )
-    .await;
+    let Web {
+        cp: _cp,
+        ctl: _ctl,
+        c,
+        ns,
+        ..
+    } = web("pdb-status").await;
     let p = wait_pdb(&c, &ns, "web", "3 healthy, 1 allowed", |p| {
         counts(p) == (3, 2, 3, 1)
     })
@@ -95,17 +94,7 @@ async fn pdb_status_over_replicaset_and_deployment_pods() {
 
     // A Deployment of 4 whose ReplicaSet has 3 pods so far; 25% unavailable.
     let (_d, drs) = deployment(&c, &ns, "api", "api", 4, 4).await;
-    for i in 0..3 {
-        pod(
-            &c,
-            &ns,
-            &format!("api-{i}"),
-            "api",
-            Some(owner_ref(&drs)),
-            true,
-        )
-        .await;
-    }
+    ready_pods(&c, &ns, "api", 3, &drs).await;
     pdb(
         &c,
         &ns,
@@ -135,32 +124,13 @@ async fn pdb_status_over_replicaset_and_deployment_pods() {
 
 #[tokio::test]
 async fn evictions_follow_disruptions_allowed() {
-    let cp = ControlPlane::start().expect("control plane");
-    let c = cp.client().await.expect("client");
-    let ns = TestNamespace::create(&c, "pdb-evict")
-        .await
-        .expect("ns")
-        .name;
-    let _ctl = ours(&cp, Settings::default(), FeatureGates::default()).await;
-    let rs = replica_set(&c, &ns, "web", "web", 3).await;
-    for i in 0..3 {
-        pod(
-            &c,
-            &ns,
-            &format!("web-{i}"),
-            "web",
-            Some(owner_ref(&rs)),
-            true,
-        )
-        .await;
-    }
-    pdb(
-        &c,
-        &ns,
-        "web",
-        json!({ "minAvailable": 2, "selector": { "matchLabels": { "app": "web" } } }),
-    )
-    .await;
+    let Web {
+        cp,
+        ctl: _ctl,
+        c,
+        ns,
+        rs,
+    } = web("pdb-evict").await;
     wait_pdb(&c, &ns, "web", "1 allowed", |p| counts(p).3 == 1).await;
 
     let pods: Api<Pod> = Api::namespaced(cp.client().await.expect("client"), &ns);

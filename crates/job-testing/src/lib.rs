@@ -21,7 +21,7 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::in_process::{self, InProcess};
-use kcm_e2e::{ControlPlane, UpstreamKcm};
+use kcm_e2e::{ControlPlane, TestNamespace, UpstreamKcm};
 use kcm_features::FeatureGates;
 use kcm_runtime::controller::Settings;
 use kube::Api;
@@ -100,6 +100,31 @@ pub fn job_on(side: Side, name: &str, spec: serde_json::Value) -> Job {
         s.managed_by = Some(MANAGED_BY.into());
     }
     j
+}
+
+/// A control plane of the test's own (the controller must not see other
+/// tests' objects), a namespace on it and that namespace's Jobs and pods;
+/// the test starts the controller.
+pub struct Plane {
+    pub cp: ControlPlane,
+    pub client: kube::Client,
+    pub ns: TestNamespace,
+    pub jobs: Api<Job>,
+    pub pods: Api<Pod>,
+}
+
+/// A [`Plane`] whose namespace is named after `prefix`.
+pub async fn plane(prefix: &str) -> Plane {
+    let cp = ControlPlane::start().expect("cp");
+    let client = cp.client().await.expect("client");
+    let ns = TestNamespace::create(&client, prefix).await.expect("ns");
+    Plane {
+        jobs: Api::namespaced(client.clone(), &ns.name),
+        pods: Api::namespaced(client.clone(), &ns.name),
+        cp,
+        client,
+        ns,
+    }
 }
 
 pub async fn start(cp: &ControlPlane, upstream: bool, gates: FeatureGates) -> Controller {

@@ -2,13 +2,9 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::wait::wait_for_list;
-use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::FeatureGates;
 use kcm_job_testing as support;
-use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
 
@@ -16,12 +12,8 @@ use support::*;
 
 #[tokio::test]
 async fn nonindexed_job_completes_and_releases_finalizers() {
-    let cp = ControlPlane::start().expect("cp");
+    let Plane { cp, jobs, pods, .. } = plane("job").await;
     let _c = start(&cp, false, FeatureGates::default()).await;
-    let client = cp.client().await.expect("client");
-    let ns = TestNamespace::create(&client, "job").await.expect("ns");
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     jobs.create(
         &PostParams::default(),
         &job("pi", json!({"completions": 3, "parallelism": 2})),
@@ -53,12 +45,8 @@ async fn nonindexed_job_completes_and_releases_finalizers() {
 
 #[tokio::test]
 async fn backoff_limit_fails_the_job() {
-    let cp = ControlPlane::start().expect("cp");
+    let Plane { cp, jobs, pods, .. } = plane("job").await;
     let _c = start(&cp, false, FeatureGates::default()).await;
-    let client = cp.client().await.expect("client");
-    let ns = TestNamespace::create(&client, "job").await.expect("ns");
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     jobs.create(
         &PostParams::default(),
         &job("flaky", json!({"completions": 1, "backoffLimit": 0})),

@@ -8,7 +8,6 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::kubelet;
 use kcm_e2e::wait::wait_for;
-use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::FeatureGates;
 use kcm_job_testing as support;
 use kube::Api;
@@ -43,34 +42,31 @@ async fn wait_pods(pods: &Api<Pod>, job: &str, n: usize) -> Vec<Pod> {
 /// would do), still ends Failed with the original reason and message.
 #[tokio::test]
 async fn failure_target_survives_a_restart_and_lost_pods() {
-    let cp = ControlPlane::start().expect("cp");
-    let client = cp.client().await.expect("client");
-    let ns = TestNamespace::create(&client, "crash").await.expect("ns");
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    let first = start(&cp, false, FeatureGates::default()).await;
+    let e = plane("crash").await;
+    let first = start(&e.cp, false, FeatureGates::default()).await;
     let spec = json!({"completions": 2, "parallelism": 2,
         "podFailurePolicy": {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]}});
-    jobs.create(&PostParams::default(), &job("j", spec))
+    e.jobs
+        .create(&PostParams::default(), &job("j", spec))
         .await
         .expect("create");
-    let ps = wait_pods(&pods, "j", 2).await;
+    let ps = wait_pods(&e.pods, "j", 2).await;
     let failed_name = ps[0].metadata.name.clone().unwrap_or_default();
     let running_name = ps[1].metadata.name.clone().unwrap_or_default();
     // Bound pods are deleted gracefully and stay terminating (no kubelet).
-    kubelet::create_node(&client, "n", true, vec![])
+    kubelet::create_node(&e.client, "n", true, vec![])
         .await
         .expect("node");
     for name in [&failed_name, &running_name] {
-        kubelet::bind_pod(&pods, name, "n").await.expect("bind");
+        kubelet::bind_pod(&e.pods, name, "n").await.expect("bind");
     }
-    kubelet::run_pod(&pods, &running_name, true)
+    kubelet::run_pod(&e.pods, &running_name, true)
         .await
         .expect("run");
-    kubelet::finish_pod(&pods, &failed_name, 42)
+    kubelet::finish_pod(&e.pods, &failed_name, 42)
         .await
         .expect("fail");
-    let with_target = wait_for(&jobs, "j", T, "FailureTarget", |j| {
+    let with_target = wait_for(&e.jobs, "j", T, "FailureTarget", |j| {
         has_condition(j, "FailureTarget")
     })
     .await
@@ -92,30 +88,32 @@ async fn failure_target_survives_a_restart_and_lost_pods() {
         message,
         format!(
             "Container main for pod {}/{failed_name} failed with exit code 42 matching FailJob rule at index 0",
-            ns.name
+            e.ns.name
         )
     );
     // kcm-rs goes away; the kubelet finishes the deleted pod; pod GC removes
     // finalizers and deletes both pods.
     drop(first);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    kubelet::finish_pod(&pods, &running_name, 137)
+    kubelet::finish_pod(&e.pods, &running_name, 137)
         .await
         .expect("kubelet stops it");
     for name in [&failed_name, &running_name] {
-        pods.patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .expect("drop finalizers");
-        let _ = pods
+        e.pods
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await
+            .expect("drop finalizers");
+        let _ = e
+            .pods
             .delete(name, &DeleteParams::default().grace_period(0))
             .await;
     }
-    let _second = start(&cp, false, FeatureGates::default()).await;
-    let done = wait_for(&jobs, "j", T, "Failed", |j| has_condition(j, "Failed"))
+    let _second = start(&e.cp, false, FeatureGates::default()).await;
+    let done = wait_for(&e.jobs, "j", T, "Failed", |j| has_condition(j, "Failed"))
         .await
         .expect("Failed");
     let failed = done
@@ -136,11 +134,13 @@ async fn failure_target_survives_a_restart_and_lost_pods() {
 /// failure out of status.failed and the pod is replaced.
 #[tokio::test]
 async fn eviction_api_disruption_is_ignored() {
-    let cp = ControlPlane::start().expect("cp");
-    let client = cp.client().await.expect("client");
-    let ns = TestNamespace::create(&client, "evict").await.expect("ns");
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let Plane {
+        cp,
+        client,
+        jobs,
+        pods,
+        ..
+    } = plane("evict").await;
     let _c = start(&cp, false, FeatureGates::default()).await;
     kubelet::create_node(&client, "n", true, vec![])
         .await

@@ -7,9 +7,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::history::{PodHistory, Seen};
-use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::FeatureGates;
 use kcm_job_testing as support;
 use kube::Api;
@@ -17,31 +15,6 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use support::*;
-
-struct Env {
-    cp: ControlPlane,
-    client: kube::Client,
-    ns: TestNamespace,
-    jobs: Api<Job>,
-    pods: Api<Pod>,
-}
-
-/// A fresh control plane (the controller must not see other tests' objects)
-/// and a namespace on it.
-async fn env() -> Env {
-    let cp = ControlPlane::start().expect("cp");
-    let client = cp.client().await.expect("client");
-    let ns = TestNamespace::create(&client, "life").await.expect("ns");
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    Env {
-        cp,
-        client,
-        ns,
-        jobs,
-        pods,
-    }
-}
 
 async fn patch_spec(jobs: &Api<Job>, name: &str, spec: serde_json::Value) {
     jobs.patch(
@@ -58,7 +31,7 @@ async fn patch_spec(jobs: &Api<Job>, name: &str, spec: serde_json::Value) {
 /// active pods go (finalizer first) without being counted as failed.
 #[tokio::test]
 async fn suspend_and_resume() {
-    let e = env().await;
+    let e = plane("life").await;
     let _c = ours(&e.cp, FeatureGates::default()).await;
     let history = PodHistory::start(&e.client, &e.ns.name).await;
     e.jobs
@@ -164,7 +137,7 @@ async fn suspend_and_resume() {
 /// `spec.managedBy` names another controller: kcm-rs leaves the Job alone.
 #[tokio::test]
 async fn job_managed_by_another_controller_is_ignored() {
-    let e = env().await;
+    let e = plane("life").await;
     let _c = ours(&e.cp, FeatureGates::default()).await;
     let before = metric(
         "job_controller_jobs_by_external_controller_total",
@@ -209,7 +182,7 @@ async fn job_managed_by_another_controller_is_ignored() {
 async fn failed_finalizer_removal_in_the_sweep_is_retried() {
     use kube::api::DynamicObject;
     use kube::discovery::ApiResource;
-    let e = env().await;
+    let e = plane("life").await;
     let _jc = ours(&e.cp, FeatureGates::default()).await;
     let gvk = |kind: &str| {
         ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(

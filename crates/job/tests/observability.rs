@@ -3,12 +3,8 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
-use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::{Feature, FeatureGates};
 use kcm_job_testing as support;
-use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 
@@ -18,12 +14,8 @@ use support::*;
 /// and finished-jobs counters move.
 #[tokio::test]
 async fn events_and_metrics() {
-    let cp = ControlPlane::start().expect("cp");
-    let _c = ours(&cp, FeatureGates::default()).await;
-    let client = cp.client().await.expect("client");
-    let ns = TestNamespace::create(&client, "obs").await.expect("ns");
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let e = plane("obs").await;
+    let _c = ours(&e.cp, FeatureGates::default()).await;
     let syncs = |mode: &str| {
         metric(
             "job_controller_job_syncs_total",
@@ -41,15 +33,19 @@ async fn events_and_metrics() {
         )
     };
     let (syncs0, finished0) = (syncs("NonIndexed"), finished_total());
-    jobs.create(
-        &PostParams::default(),
-        &job("ev", json!({"completions": 2, "parallelism": 2})),
-    )
-    .await
-    .expect("create");
-    drive(&jobs, &pods, "ev", Duration::from_secs(30), |_, _| Some(0)).await;
-    let evs = wait_event(&client, &ns.name, "ev", "Completed").await;
-    let names: Vec<String> = job_pods(&pods, "ev").await.iter().map(name).collect();
+    e.jobs
+        .create(
+            &PostParams::default(),
+            &job("ev", json!({"completions": 2, "parallelism": 2})),
+        )
+        .await
+        .expect("create");
+    drive(&e.jobs, &e.pods, "ev", Duration::from_secs(30), |_, _| {
+        Some(0)
+    })
+    .await;
+    let evs = wait_event(&e.client, &e.ns.name, "ev", "Completed").await;
+    let names: Vec<String> = job_pods(&e.pods, "ev").await.iter().map(name).collect();
     assert_eq!(names.len(), 2);
     for n in &names {
         assert!(
@@ -87,13 +83,9 @@ async fn events_and_metrics() {
 /// like any other and the Job goes on to complete.
 #[tokio::test]
 async fn pod_failure_policy_gate_off() {
-    let cp = ControlPlane::start().expect("cp");
+    let Plane { cp, jobs, pods, .. } = plane("gate").await;
     let gates = FeatureGates::default().with(Feature::JobPodFailurePolicy, false);
     let _c = ours(&cp, gates).await;
-    let client = cp.client().await.expect("client");
-    let ns = TestNamespace::create(&client, "gate").await.expect("ns");
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     jobs.create(
         &PostParams::default(),
         &job(

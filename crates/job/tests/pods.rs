@@ -5,9 +5,6 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
-use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::FeatureGates;
 use kcm_job_testing as support;
 use kube::Api;
@@ -16,35 +13,12 @@ use serde_json::json;
 
 use support::*;
 
-struct Env {
-    _cp: ControlPlane,
-    _c: kcm_e2e::in_process::InProcess,
-    client: kube::Client,
-    ns: String,
-    jobs: Api<Job>,
-    pods: Api<Pod>,
-}
-
-async fn env() -> Env {
-    let cp = ControlPlane::start().expect("cp");
-    let c = ours(&cp, FeatureGates::default()).await;
-    let client = cp.client().await.expect("client");
-    let ns = TestNamespace::create(&client, "pods").await.expect("ns");
-    Env {
-        jobs: Api::namespaced(client.clone(), &ns.name),
-        pods: Api::namespaced(client.clone(), &ns.name),
-        ns: ns.name.clone(),
-        client,
-        _cp: cp,
-        _c: c,
-    }
-}
-
 /// Slow start creates 1, 2, 4 pods in turn up to parallelism 7; lowering
 /// parallelism removes the surplus without counting it.
 #[tokio::test]
 async fn parallelism_scale_up_and_down() {
-    let e = env().await;
+    let e = plane("pods").await;
+    let _c = ours(&e.cp, FeatureGates::default()).await;
     e.jobs
         .create(
             &PostParams::default(),
@@ -81,7 +55,7 @@ async fn parallelism_scale_up_and_down() {
     assert_eq!((o.active, o.failed, o.succeeded), (3, 0, 0), "{o:#?}");
     let _ = j;
     // One SuccessfulDelete per removed pod (RealPodControl.DeletePod).
-    let evs = wait_event(&e.client, &e.ns, "par", "SuccessfulDelete").await;
+    let evs = wait_event(&e.client, &e.ns.name, "par", "SuccessfulDelete").await;
     let deletes: Vec<_> = evs.iter().filter(|e| e.0 == "SuccessfulDelete").collect();
     assert_eq!(deletes.len(), 4, "{evs:#?}");
     assert!(deletes.iter().all(|e| e.1.starts_with("Deleted pod: par-")));
@@ -103,7 +77,8 @@ async fn parallelism_scale_up_and_down() {
 /// A failed pod's replacement comes only after the 10 s back-off.
 #[tokio::test]
 async fn failure_backoff_delays_replacement() {
-    let e = env().await;
+    let e = plane("pods").await;
+    let _c = ours(&e.cp, FeatureGates::default()).await;
     e.jobs
         .create(
             &PostParams::default(),
@@ -152,8 +127,9 @@ async fn failure_backoff_delays_replacement() {
 #[tokio::test]
 async fn slow_start_stops_after_failing_batch() {
     use k8s_openapi::api::core::v1::ResourceQuota;
-    let e = env().await;
-    let quotas: Api<ResourceQuota> = Api::namespaced(e.client.clone(), &e.ns);
+    let e = plane("pods").await;
+    let _c = ours(&e.cp, FeatureGates::default()).await;
+    let quotas: Api<ResourceQuota> = Api::namespaced(e.client.clone(), &e.ns.name);
     let q: ResourceQuota =
         serde_json::from_value(json!({"metadata": {"name": "q"}, "spec": {"hard": {"pods": "2"}}}))
             .expect("quota");
@@ -177,10 +153,10 @@ async fn slow_start_stops_after_failing_batch() {
         )
         .await
         .expect("create");
-    wait_event(&e.client, &e.ns, "slow", "FailedCreate").await;
+    wait_event(&e.client, &e.ns.name, "slow", "FailedCreate").await;
     // The next attempt comes after the 1 s retry back-off at the earliest.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let evs = job_events(&e.client, &e.ns, "slow").await;
+    let evs = job_events(&e.client, &e.ns.name, "slow").await;
     let failed: Vec<_> = evs.iter().filter(|e| e.0 == "FailedCreate").collect();
     assert!(failed.len() <= 2, "{failed:#?}");
     assert!(

@@ -331,15 +331,8 @@ impl LeaderElector {
                 }),
             };
             mark(&mut lease.metadata, &self.annotations);
-            return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(l) => {
-                    self.observed = l.spec.clone().map(|s| (s, self.clock.instant()));
-                    self.written = Some(l);
-                    Ok(true)
-                }
-                Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-                Err(e) => Err(e),
-            };
+            let created = self.api.create(&PostParams::default(), &lease).await;
+            return self.took(created);
         };
         let spec = lease.spec.clone().unwrap_or_default();
         if self.observed.as_ref().is_none_or(|(s, _)| *s != spec) {
@@ -369,11 +362,18 @@ impl LeaderElector {
         mark(&mut lease.metadata, &self.annotations);
         // The PUT carries the resourceVersion we read: two candidates racing
         // for an expired lease cannot both win.
-        match self
+        let replaced = self
             .api
             .replace(&self.cfg.name, &PostParams::default(), &lease)
-            .await
-        {
+            .await;
+        self.took(replaced)
+    }
+
+    /// What a create or a compare-and-swap PUT of the Lease came to: held
+    /// (the written Lease is what we observe now), lost to another writer
+    /// (409), or an error.
+    fn took(&mut self, written: Result<Lease, kube::Error>) -> Result<bool, kube::Error> {
+        match written {
             Ok(l) => {
                 self.observed = l.spec.clone().map(|s| (s, self.clock.instant()));
                 self.written = Some(l);

@@ -168,32 +168,25 @@ async fn a_flood_leaves_the_scraper_and_the_controllers_alone() {
     let scraper = {
         let flooding = Arc::clone(&flooding);
         let token = token.clone();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let mut out = Vec::new();
-                while flooding.load(Ordering::Relaxed) || warmed.elapsed() < Duration::from_secs(14)
-                {
-                    let t = Instant::now();
-                    let r = tokio::time::timeout(
-                        Duration::from_secs(10),
-                        get_as(port, "/metrics", Credential::Bearer(&token)),
-                    )
-                    .await;
-                    let (code, open) = match r {
-                        Ok(Ok((c, body))) => {
-                            (c, binary::sum(&body, "kcm_rs_secure_serving_connections"))
-                        }
-                        _ => (0, 0.0),
-                    };
-                    out.push((code, t.elapsed(), t - flood_start, open));
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                }
-                out
-            })
+        kcm_e2e::thread::spawn_with_runtime(move || async move {
+            let mut out = Vec::new();
+            while flooding.load(Ordering::Relaxed) || warmed.elapsed() < Duration::from_secs(14) {
+                let t = Instant::now();
+                let r = tokio::time::timeout(
+                    Duration::from_secs(10),
+                    get_as(port, "/metrics", Credential::Bearer(&token)),
+                )
+                .await;
+                let (code, open) = match r {
+                    Ok(Ok((c, body))) => {
+                        (c, binary::sum(&body, "kcm_rs_secure_serving_connections"))
+                    }
+                    _ => (0, 0.0),
+                };
+                out.push((code, t.elapsed(), t - flood_start, open));
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            out
         })
     };
     let sampler = {

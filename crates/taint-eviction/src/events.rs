@@ -43,22 +43,22 @@ pub fn pod_reference(namespace: &str, name: &str) -> ObjectReference {
 
 impl EvictionEvents for Recorder {
     fn marking(&self, namespace: &str, name: &str) {
-        self.event(
-            &pod_reference(namespace, name),
-            EventType::Normal,
-            REASON_TAINT_MANAGER_EVICTION,
-            marking_message(namespace, name),
-        );
+        eviction_event(self, namespace, name, marking_message(namespace, name));
     }
 
     fn cancelling(&self, namespace: &str, name: &str) {
-        self.event(
-            &pod_reference(namespace, name),
-            EventType::Normal,
-            REASON_TAINT_MANAGER_EVICTION,
-            cancelling_message(namespace, name),
-        );
+        eviction_event(self, namespace, name, cancelling_message(namespace, name));
     }
+}
+
+/// A Normal `TaintManagerEviction` event about the pod.
+fn eviction_event(r: &Recorder, namespace: &str, name: &str, message: String) {
+    r.event(
+        &pod_reference(namespace, name),
+        EventType::Normal,
+        REASON_TAINT_MANAGER_EVICTION,
+        message,
+    );
 }
 
 #[cfg(test)]

@@ -9,11 +9,9 @@ mod support;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use kcm_e2e::ControlPlane;
 use kcm_e2e::in_process::Detached;
-use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::FeatureGates;
-use kube::Api;
 
 use support::scenarios::Run;
 use support::*;
@@ -35,12 +33,7 @@ fn plane() -> &'static ControlPlane {
 #[tokio::test]
 async fn toleration_seconds_at_the_edges() {
     let client = plane().client().await.expect("client");
-    let ns = TestNamespace::create(&client, "te-edges")
-        .await
-        .expect("ns")
-        .name;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let history = watch_pods(&client, &ns).await;
+    let Watched { ns, pods, history } = watched_namespace(&client, "te-edges").await;
     let node = format!("{ns}-n1");
     create_node(&client, &node, &["dedicated"]).await;
     let cases: [(&str, i64); 9] = [
@@ -106,12 +99,7 @@ async fn toleration_seconds_at_the_edges() {
 #[tokio::test]
 async fn pod_on_a_node_missing_from_the_cache() {
     let client = plane().client().await.expect("client");
-    let ns = TestNamespace::create(&client, "te-missing-node")
-        .await
-        .expect("ns")
-        .name;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let history = watch_pods(&client, &ns).await;
+    let Watched { ns, pods, history } = watched_namespace(&client, "te-missing-node").await;
     let node = format!("{ns}-late");
     pods.create(&Default::default(), &pod("early", &node, &[]))
         .await

@@ -31,33 +31,27 @@ struct Planes {
 pub(crate) fn warm_up(cp: &ControlPlane, who: &str) {
     let kubeconfig = cp.kubeconfig().to_path_buf();
     let who = who.to_string();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
-            let client = kcm_e2e::control_plane::client_from_kubeconfig(&kubeconfig)
-                .await
-                .expect("client");
-            let ns = TestNamespace::create(&client, "warm-up")
-                .await
-                .expect("ns")
-                .name;
-            let node = format!("{ns}-canary");
-            create_node(&client, &node, &["canary"]).await;
-            let history = watch_pods(&client, &ns).await;
-            let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-            pods.create(&Default::default(), &pod("canary", &node, &[]))
-                .await
-                .expect("create pod");
-            assert!(
-                history
-                    .wait_deleting("canary", None, Duration::from_secs(90))
-                    .await,
-                "{who}'s controller never evicted the canary"
-            );
-        });
+    kcm_e2e::thread::spawn_with_runtime(move || async move {
+        let client = kcm_e2e::control_plane::client_from_kubeconfig(&kubeconfig)
+            .await
+            .expect("client");
+        let ns = TestNamespace::create(&client, "warm-up")
+            .await
+            .expect("ns")
+            .name;
+        let node = format!("{ns}-canary");
+        create_node(&client, &node, &["canary"]).await;
+        let history = watch_pods(&client, &ns).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        pods.create(&Default::default(), &pod("canary", &node, &[]))
+            .await
+            .expect("create pod");
+        assert!(
+            history
+                .wait_deleting("canary", None, Duration::from_secs(90))
+                .await,
+            "{who}'s controller never evicted the canary"
+        );
     })
     .join()
     .expect("warm-up");

@@ -7,11 +7,9 @@ mod support;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use kcm_e2e::ControlPlane;
 use kcm_e2e::in_process::Detached;
-use kcm_e2e::{ControlPlane, TestNamespace};
 use kcm_features::{Feature, FeatureGates};
-use kube::Api;
 use kube::api::DeleteParams;
 
 use support::scenarios::{self, *};
@@ -95,12 +93,7 @@ async fn terminal_pods_are_evicted_too() {
 #[tokio::test]
 async fn a_recreated_namesake_gets_a_fresh_countdown() {
     let client = client().await;
-    let ns = TestNamespace::create(&client, "te-namesake")
-        .await
-        .expect("ns")
-        .name;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let history = watch_pods(&client, &ns).await;
+    let Watched { ns, pods, history } = watched_namespace(&client, "te-namesake").await;
     let node = format!("{ns}-n1");
     create_node(&client, &node, &["dedicated"]).await;
     pods.create(

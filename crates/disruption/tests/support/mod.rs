@@ -182,6 +182,37 @@ pub async fn pod(
     run_pod(&pods, name, ready).await.expect("run pod");
 }
 
+/// `n` Ready pods `<app>-0` … labelled `app: <app>` and controlled by
+/// `owner` (a ReplicaSet, or a Deployment's ReplicaSet).
+pub async fn ready_pods<K: Resource<DynamicType = ()>>(
+    c: &kube::Client,
+    ns: &str,
+    app: &str,
+    n: usize,
+    owner: &K,
+) {
+    for i in 0..n {
+        let name = format!("{app}-{i}");
+        pod(c, ns, &name, app, Some(owner_ref(owner)), true).await;
+    }
+}
+
+/// The label selector `app: <app>`.
+pub fn sel(app: &str) -> Value {
+    json!({ "matchLabels": { "app": app } })
+}
+
+/// (currentHealthy, desiredHealthy, expectedPods, disruptionsAllowed).
+pub fn counts(p: &PodDisruptionBudget) -> (i32, i32, i32, i32) {
+    let s = p.status.clone().unwrap_or_default();
+    (
+        s.current_healthy.unwrap_or(0),
+        s.desired_healthy.unwrap_or(0),
+        s.expected_pods.unwrap_or(0),
+        s.disruptions_allowed.unwrap_or(0),
+    )
+}
+
 pub async fn pdb(c: &kube::Client, ns: &str, name: &str, spec: Value) -> PodDisruptionBudget {
     create(
         c,

@@ -170,9 +170,10 @@ fn sorting_active_pods_upstream_case() {
     }
 }
 
-#[test]
-fn each_criterion_decides() {
-    let base = P {
+/// A scheduled, Running, Ready pod with one restart: what the
+/// one-criterion cases below vary.
+fn running() -> P {
+    P {
         name: "x",
         node: "n",
         phase: "Running",
@@ -180,7 +181,12 @@ fn each_criterion_decides() {
         restarts: vec![1],
         created: Some(then()),
         ..Default::default()
-    };
+    }
+}
+
+#[test]
+fn each_criterion_decides() {
+    let base = running();
     // (name, first, second): `first` must sort strictly before `second`.
     let cases: Vec<(&str, P, P)> = vec![
         (
@@ -347,15 +353,7 @@ fn each_criterion_decides() {
 
 #[test]
 fn ties_are_equal() {
-    let base = P {
-        name: "x",
-        node: "n",
-        phase: "Running",
-        ready: Some(Some(then())),
-        restarts: vec![1],
-        created: Some(then()),
-        ..Default::default()
-    };
+    let base = running();
     let cases: Vec<(&str, P, P)> = vec![
         ("identical", base.clone(), base.clone()),
         (

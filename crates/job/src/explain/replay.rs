@@ -69,18 +69,17 @@ pub fn base_job(stored: &Job, spec_of: &Job, present: &[Arc<CachedPod>], config:
         .iter()
         .filter(|p| p.phase() == "Succeeded" && accounted(p, &un_succeeded))
         .count();
-    let failed = status
-        .failed
-        .unwrap_or(0)
-        .saturating_add(count(un_failed.len()))
-        .saturating_sub(count(present_failed))
-        .max(0);
-    let succeeded = status
-        .succeeded
-        .unwrap_or(0)
-        .saturating_add(count(un_succeeded.len()))
-        .saturating_sub(count(present_succeeded))
-        .max(0);
+    // Counted, plus what waits to be counted, minus what the present pods
+    // will count again.
+    let base = |counted: Option<i32>, uncounted: usize, present: usize| {
+        counted
+            .unwrap_or(0)
+            .saturating_add(count(uncounted))
+            .saturating_sub(count(present))
+            .max(0)
+    };
+    let failed = base(status.failed, un_failed.len(), present_failed);
+    let succeeded = base(status.succeeded, un_succeeded.len(), present_succeeded);
     let n = completions(stored);
     // Indexes the present pods will decide again.
     let redecided_done: BTreeSet<i32> = present

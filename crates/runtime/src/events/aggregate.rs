@@ -15,7 +15,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 
-use super::cache::{EventType, MAX_CACHE_ENTRIES, drop_oldest_if_full, within};
+use super::cache::{EventType, Involved, MAX_CACHE_ENTRIES, drop_oldest_if_full, within};
 
 /// Distinct messages within one group before events are combined. Matches
 /// client-go's `defaultAggregateMaxEvents` (10): the 10th distinct message
@@ -39,11 +39,7 @@ pub fn combined_message(latest: &str) -> String {
 /// component/instance; those are fixed per recorder here.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SimilarKey {
-    api_version: String,
-    kind: String,
-    namespace: String,
-    name: String,
-    uid: String,
+    object: Involved,
     type_: EventType,
     reason: String,
 }
@@ -51,13 +47,8 @@ pub struct SimilarKey {
 impl SimilarKey {
     /// The group an event about `obj` belongs to.
     pub fn new(obj: &ObjectReference, type_: EventType, reason: &str) -> Self {
-        let s = |o: &Option<String>| o.clone().unwrap_or_default();
         SimilarKey {
-            api_version: s(&obj.api_version),
-            kind: s(&obj.kind),
-            namespace: s(&obj.namespace),
-            name: s(&obj.name),
-            uid: s(&obj.uid),
+            object: Involved::of(obj),
             type_,
             reason: reason.to_owned(),
         }

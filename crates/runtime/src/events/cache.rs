@@ -1,13 +1,39 @@
-//! The leaf of the recorder's modules: the event type and the bounded-cache
-//! helpers that the correlator, the aggregator and the spam filter share
-//! (so none of them imports another for these).
+//! The leaf of the recorder's modules: the event type, the involved object
+//! their keys share and the bounded-cache helpers that the correlator, the
+//! aggregator and the spam filter share (so none of them imports another
+//! for these).
 
 use std::time::Duration;
 
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
 
 /// Events remembered for correlation (client-go's `maxLruCacheEntries`).
 pub const MAX_CACHE_ENTRIES: usize = 4096;
+
+/// The object an event is about, as the correlator's, aggregator's and
+/// spam filter's keys hold it: its reference without the field path.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Involved {
+    api_version: String,
+    kind: String,
+    namespace: String,
+    name: String,
+    uid: String,
+}
+
+impl Involved {
+    pub fn of(obj: &ObjectReference) -> Self {
+        let s = |o: &Option<String>| o.clone().unwrap_or_default();
+        Involved {
+            api_version: s(&obj.api_version),
+            kind: s(&obj.kind),
+            namespace: s(&obj.namespace),
+            name: s(&obj.name),
+            uid: s(&obj.uid),
+        }
+    }
+}
 
 /// The `type` of an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use super::aggregate::{Aggregator, SimilarKey, combined_message};
-use super::cache::{EventType, MAX_CACHE_ENTRIES, within};
+use super::cache::{EventType, Involved, MAX_CACHE_ENTRIES, within};
 use super::spam::{SpamFilter, SpamKey};
 
 /// Identical events closer together than this are folded into one object
@@ -32,11 +32,7 @@ const SUFFIX_LEN: usize = 17;
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct EventKey {
     combined: bool,
-    api_version: String,
-    kind: String,
-    namespace: String,
-    name: String,
-    uid: String,
+    object: Involved,
     field_path: String,
     type_: EventType,
     reason: String,
@@ -46,15 +42,10 @@ pub struct EventKey {
 impl EventKey {
     /// The key of an event about `obj`.
     pub fn new(obj: &ObjectReference, type_: EventType, reason: &str, message: &str) -> Self {
-        let s = |o: &Option<String>| o.clone().unwrap_or_default();
         EventKey {
             combined: false,
-            api_version: s(&obj.api_version),
-            kind: s(&obj.kind),
-            namespace: s(&obj.namespace),
-            name: s(&obj.name),
-            uid: s(&obj.uid),
-            field_path: s(&obj.field_path),
+            object: Involved::of(obj),
+            field_path: obj.field_path.clone().unwrap_or_default(),
             type_,
             reason: reason.to_owned(),
             message: message.to_owned(),

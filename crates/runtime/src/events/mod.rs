@@ -236,40 +236,43 @@ impl Recorder {
     }
 }
 
-/// `kcm_event_recorder_dropped_events_total{component}`: events dropped
-/// because the recorder's queue was full. kcm-rs only; client-go drops
-/// silently.
-fn dropped_events() -> &'static IntCounterVec {
-    static METRIC: OnceLock<IntCounterVec> = OnceLock::new();
-    METRIC.get_or_init(|| {
-        let c = IntCounterVec::new(
-            Opts::new(
+/// The recorder's own counters by `component` (kcm-rs only; client-go
+/// drops silently): `kcm_event_recorder_dropped_events_total`, events
+/// dropped because the recorder's queue was full, and
+/// `kcm_event_recorder_spam_filtered_events_total`, events dropped by the
+/// per-object spam filter.
+struct RecorderMetrics {
+    dropped: IntCounterVec,
+    spam_filtered: IntCounterVec,
+}
+
+fn recorder_metrics() -> &'static RecorderMetrics {
+    static METRICS: OnceLock<RecorderMetrics> = OnceLock::new();
+    METRICS.get_or_init(|| {
+        let counter = |name: &str, help: &str| {
+            let c = IntCounterVec::new(Opts::new(name, help), &["component"])
+                .expect("static metric definition is valid");
+            crate::metrics::register(c)
+        };
+        RecorderMetrics {
+            dropped: counter(
                 "kcm_event_recorder_dropped_events_total",
                 "Events dropped because the event recorder's queue was full.",
             ),
-            &["component"],
-        )
-        .expect("static metric definition is valid");
-        crate::metrics::register(c)
-    })
-}
-
-/// `kcm_event_recorder_spam_filtered_events_total{component}`: events
-/// dropped by the per-object spam filter. kcm-rs only; client-go drops
-/// silently.
-fn spam_filtered_events() -> &'static IntCounterVec {
-    static METRIC: OnceLock<IntCounterVec> = OnceLock::new();
-    METRIC.get_or_init(|| {
-        let c = IntCounterVec::new(
-            Opts::new(
+            spam_filtered: counter(
                 "kcm_event_recorder_spam_filtered_events_total",
                 "Events dropped because their object exceeded the event rate limit.",
             ),
-            &["component"],
-        )
-        .expect("static metric definition is valid");
-        crate::metrics::register(c)
+        }
     })
+}
+
+fn dropped_events() -> &'static IntCounterVec {
+    &recorder_metrics().dropped
+}
+
+fn spam_filtered_events() -> &'static IntCounterVec {
+    &recorder_metrics().spam_filtered
 }
 
 /// The `reportingInstance`: the host (pod) name, or the component name when

@@ -10,7 +10,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 
-use super::cache::{EventType, MAX_CACHE_ENTRIES, drop_oldest_if_full};
+use super::cache::{EventType, Involved, MAX_CACHE_ENTRIES, drop_oldest_if_full};
 
 /// Bucket size: events written about one object before throttling starts.
 /// Matches client-go's `defaultSpamBurst` (25).
@@ -24,24 +24,15 @@ pub const SPAM_REFILL_PERIOD: Duration = Duration::from_secs(300);
 /// host, which are fixed per recorder here.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SpamKey {
-    api_version: String,
-    kind: String,
-    namespace: String,
-    name: String,
-    uid: String,
+    object: Involved,
     type_: EventType,
 }
 
 impl SpamKey {
     /// The bucket of an event of `type_` about `obj`.
     pub fn new(obj: &ObjectReference, type_: EventType) -> Self {
-        let s = |o: &Option<String>| o.clone().unwrap_or_default();
         SpamKey {
-            api_version: s(&obj.api_version),
-            kind: s(&obj.kind),
-            namespace: s(&obj.namespace),
-            name: s(&obj.name),
-            uid: s(&obj.uid),
+            object: Involved::of(obj),
             type_,
         }
     }

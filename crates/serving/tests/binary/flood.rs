@@ -249,41 +249,35 @@ pub fn scraper(
     every: Duration,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<Vec<Scrape>> {
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
-            let mut out = Vec::new();
-            let mut kept: Option<TlsStream<TcpStream>> = None;
-            while !stop.load(Ordering::Relaxed) {
-                let began = Instant::now();
-                let once = async {
-                    let mut s = match kept.take() {
-                        Some(s) if !fresh => s,
-                        _ => connect(port).await?,
-                    };
-                    let req = format!(
-                        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n{}\r\n",
-                        if fresh { "Connection: close\r\n" } else { "" }
-                    );
-                    s.write_all(req.as_bytes()).await?;
-                    let (code, keep) = read_response(&mut s).await?;
-                    if keep && !fresh {
-                        kept = Some(s);
-                    }
-                    std::io::Result::Ok(code)
+    kcm_e2e::thread::spawn_with_runtime(move || async move {
+        let mut out = Vec::new();
+        let mut kept: Option<TlsStream<TcpStream>> = None;
+        while !stop.load(Ordering::Relaxed) {
+            let began = Instant::now();
+            let once = async {
+                let mut s = match kept.take() {
+                    Some(s) if !fresh => s,
+                    _ => connect(port).await?,
                 };
-                let code = match tokio::time::timeout(Duration::from_secs(10), once).await {
-                    Ok(Ok(c)) => c,
-                    _ => 0,
-                };
-                out.push((code, began.elapsed(), began));
-                tokio::time::sleep(every).await;
-            }
-            out
-        })
+                let req = format!(
+                    "GET /metrics HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n{}\r\n",
+                    if fresh { "Connection: close\r\n" } else { "" }
+                );
+                s.write_all(req.as_bytes()).await?;
+                let (code, keep) = read_response(&mut s).await?;
+                if keep && !fresh {
+                    kept = Some(s);
+                }
+                std::io::Result::Ok(code)
+            };
+            let code = match tokio::time::timeout(Duration::from_secs(10), once).await {
+                Ok(Ok(c)) => c,
+                _ => 0,
+            };
+            out.push((code, began.elapsed(), began));
+            tokio::time::sleep(every).await;
+        }
+        out
     })
 }
 

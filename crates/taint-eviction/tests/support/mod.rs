@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, Taint, Toleration};
 use kcm_e2e::history::{self, PodHistory, Seen};
 use kcm_e2e::in_process::{self, Detached};
-use kcm_e2e::{ControlPlane, events, kubelet};
+use kcm_e2e::{ControlPlane, TestNamespace, events, kubelet};
 use kcm_features::FeatureGates;
 use kcm_runtime::controller::Settings;
 use kube::Api;
@@ -90,6 +90,25 @@ pub fn pod(name: &str, node: &str, tolerations: &[(&str, Option<i64>)]) -> Pod {
 }
 
 /// Watches the namespace's pods; returns once the initial list is in.
+/// A namespace named after `prefix`, its pods, and a watch of them.
+pub struct Watched {
+    pub ns: String,
+    pub pods: Api<Pod>,
+    pub history: PodHistory,
+}
+
+pub async fn watched_namespace(client: &kube::Client, prefix: &str) -> Watched {
+    let ns = TestNamespace::create(client, prefix)
+        .await
+        .expect("ns")
+        .name;
+    Watched {
+        pods: Api::namespaced(client.clone(), &ns),
+        history: watch_pods(client, &ns).await,
+        ns,
+    }
+}
+
 pub async fn watch_pods(client: &kube::Client, ns: &str) -> PodHistory {
     let history = PodHistory::start(client, ns).await;
     assert!(history.synced(), "pod history watch of {ns} not ready");
