@@ -131,9 +131,18 @@ struct Outcome {
 type Key = (Vec<PodEnd>, Option<i32>, Vec<String>, i32, i32, Vec<String>);
 
 impl Outcome {
-    /// What must be the same under kcm-rs and KCM (timings need not).
+    /// What must be the same under kcm-rs and KCM (timings need not). A
+    /// victim's 143 or 137 is one: whether a pod the kubelet kills with its
+    /// minimum grace (2 s, the ephemeral-storage eviction) runs its SIGTERM
+    /// trap in time is the loaded machine's doing, not a controller's, and
+    /// no rule of the Job matches either.
     fn key(&self) -> Key {
         let mut v = self.victims.clone();
+        for p in &mut v {
+            if p.exit == "137" || p.exit == "143" {
+                p.exit = "143|137".into();
+            }
+        }
         v.sort();
         (
             v,
