@@ -21,8 +21,11 @@
 # IMPL: kcm (kube-controller-manager of the minor with job, pod GC, taint
 # eviction and disruption, beside the node's helper KCM) or kcm-rs
 # (KCM_RS_BIN, default a copy of target/debug/kcm-rs taken by `all`, with
-# --controllers=*). FOCUS=regexp narrows a run to matching specs. Must run
-# as root (the node).
+# --controllers=*). FOCUS=regexp narrows a run to matching specs. PROCS=N
+# (N > 1) runs the job and disruption suites as upstream's CI does: the
+# ginkgo CLI of the minor's go.mod, N processes, the [Serial] specs alone at
+# the end (Ginkgo's Serial decorator); the other suites always run serially.
+# Must run as root (the node).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -48,6 +51,24 @@ focus_of() {
   esac
 }
 skip_of() { [[ "$1" == podgc ]] && echo '' || echo '\[Feature:'; }
+# The ginkgo CLI of the version e2e.test of minor $1 is built with (its
+# real-node module file), installed once under $work/bin.
+ginkgo_cli() {
+  local v="$1" modfile gv bin
+  if [[ "$v" == 1.34 ]]; then modfile="$realnode/go.mod"; else modfile="$realnode/versions/$v/go.mod"; fi
+  gv="$(awk '$1 == "github.com/onsi/ginkgo/v2" { print $2; exit }' "$modfile")"
+  [[ -n "$gv" ]] || { err "no github.com/onsi/ginkgo/v2 in $modfile"; return 1; }
+  bin="$work/bin/ginkgo-$gv/ginkgo"
+  if [[ ! -x "$bin" ]]; then
+    mkdir -p "$(dirname "$bin")"
+    GOFLAGS=-mod=mod GOBIN="$(dirname "$bin")" go install "github.com/onsi/ginkgo/v2/ginkgo@$gv" >&2 ||
+      { err "go install of the ginkgo CLI $gv failed (needs the Go module proxy)"; return 1; }
+  fi
+  echo "$bin"
+}
+# PROCS for suite $1 (1: e2e.test alone).
+procs_of() { case "$1" in job|disruption) echo "${PROCS:-1}" ;; *) echo 1 ;; esac; }
+
 # A bound on one run (the session holds the node for at most this long).
 timeout_of() { case "$1" in job) echo 60m ;; podgc) echo 20m ;; *) echo 40m ;; esac; }
 
@@ -89,6 +110,7 @@ run() {
     if [[ "$impl" == kcm-rs && ! -x "$(kcm_rs_bin)" ]]; then snapshot_kcm_rs; fi
   done
   [[ -x "$(e2e_bin "$v")" ]] || build "$v"
+  [[ "$(procs_of "$suite")" -le 1 ]] || ginkgo_cli "$v" >/dev/null
   "$realnode/node.sh" session --version "$v" -- "$here/run.sh" inside "$v" "$suite" "$@"
 }
 
@@ -138,16 +160,28 @@ one() {
   [[ -n "${FOCUS:-}" ]] && focus="$focus.*(${FOCUS})"
   [[ -n "${FOCUS:-}" ]] && echo "$focus" >"$out/focus"
   local args=(--kubeconfig="$KUBECONFIG" --kubectl-path="$KUBECTL"
-    --ginkgo.focus="$focus" --ginkgo.no-color --ginkgo.v --ginkgo.timeout="$(timeout_of "$suite")"
-    --ginkgo.json-report="$out/report.json" --disable-log-dump --e2e-verify-service-account=true
+    --disable-log-dump --e2e-verify-service-account=true
     --kubelet-root-dir="${KCM_NODE_STATE:-/run/kcm-rs-node}/kubelet")
-  [[ -n "$(skip_of "$suite")" ]] && args+=(--ginkgo.skip="$(skip_of "$suite")")
-  say "$v $suite against $impl ($build): $(specs "$v" "$suite" | wc -l) specs"
+  local gargs=(focus="$focus" no-color v timeout="$(timeout_of "$suite")" json-report="$out/report.json")
+  [[ -n "$(skip_of "$suite")" ]] && gargs+=(skip="$(skip_of "$suite")")
+  local procs cmd=() g
+  procs="$(procs_of "$suite")"
+  if [[ "$procs" -gt 1 ]]; then
+    # The CLI runs the processes and merges their reports into one.
+    cmd=("$(ginkgo_cli "$v")" -p --procs="$procs")
+    for g in "${gargs[@]}"; do cmd+=(--"$g"); done
+    cmd+=("$(e2e_bin "$v")" --)
+  else
+    cmd=("$(e2e_bin "$v")")
+    for g in "${gargs[@]}"; do cmd+=(--ginkgo."$g"); done
+  fi
+  say "$v $suite against $impl ($build): $(specs "$v" "$suite" | wc -l) specs, $procs process(es)"
   began=$(date +%s)
   # The e2e framework writes into its working directory (reports, dumps).
-  (cd "$out" && "$(e2e_bin "$v")" "${args[@]}") >"$out/e2e.log" 2>&1 || rc=$?
+  (cd "$out" && "${cmd[@]}" "${args[@]}") >"$out/e2e.log" 2>&1 || rc=$?
   {
     echo "wall=$(($(date +%s) - began))"
+    echo "procs=$procs"
     echo "rc=$rc"
     echo "build=$build"
     echo "when=$(date -u +%Y-%m-%dT%H:%MZ)"

@@ -13,7 +13,7 @@
 //
 // DIR/<minor>/<suite>/<impl>/ holds report.json (--ginkgo.json-report),
 // focus and skip (the regular expressions the run used, one line each)
-// and meta (key=value lines: wall, rc, kcm-rs, when).
+// and meta (key=value lines: wall, procs, rc, build, when).
 package main
 
 import (
@@ -248,6 +248,10 @@ func counts(r *run, names []string) (pass, fail, skip int) {
 
 func wall(r *run) string {
 	if w := r.meta["wall"]; w != "" {
+		// A run with PROCS > 1 (ginkgo -p): its wall time is not the serial one.
+		if p := r.meta["procs"]; p != "" && p != "1" {
+			return w + "s (" + p + " procs)"
+		}
 		return w + "s"
 	}
 	return "-"
@@ -313,6 +317,11 @@ func (t *table) markdown(notes []note) string {
 		fmt.Fprintf(&b, "| %s | %d / %d / %d | %s | %s | %s |\n", impl, p, f, s, wall(r), r.meta["build"], r.meta["when"])
 	}
 	fmt.Fprintf(&b, "\n%d specs, %d differ.\n\n", len(t.names), t.differ)
+	for _, impl := range impls {
+		if p := t.runs[impl].meta["procs"]; p != "" && p != "1" {
+			fmt.Fprintf(&b, "%s ran as upstream's CI runs the suite: the ginkgo CLI, `ginkgo -p --procs=%s`, the `[Serial]` specs alone at the end; per-spec seconds overlap.\n\n", impl, p)
+		}
+	}
 	for _, impl := range impls {
 		if s := t.runs[impl].setup; s != "" {
 			fmt.Fprintf(&b, "%s: outside the specs: %s\n\n", impl, mdEscape(s))
