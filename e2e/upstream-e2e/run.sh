@@ -18,8 +18,8 @@
 #   run.sh specs 1.N SUITE            the specs a run of SUITE selects (dry)
 #
 # SUITE: job disruption taint-eviction podgc (default: all four).
-# IMPL: kcm (kube-controller-manager of the minor with job, pod GC, taint
-# eviction and disruption, beside the node's helper KCM) or kcm-rs
+# IMPL: kcm (kube-controller-manager of the minor: the node's helper KCM
+# restarted with job, pod GC, taint eviction and disruption added) or kcm-rs
 # (KCM_RS_BIN, default a copy of target/debug/kcm-rs taken by `all`, with
 # --controllers=*). FOCUS=regexp narrows a run to matching specs. PROCS=N
 # (N > 1) runs the job and disruption suites as upstream's CI does: the
@@ -137,10 +137,28 @@ one() {
   skip_of "$suite" >"$out/skip"
   [[ "$suite" == podgc ]] && kcm_args+=(--terminated-pod-gc-threshold=100)
   if [[ "$impl" == kcm ]]; then
-    build="kube-controller-manager $("$(cp_bin "$v")/kcm-e2e-controller-manager" --version 2>/dev/null | awk '{ print $2 }')"
-    setsid "$(cp_bin "$v")/kcm-e2e-controller-manager" --kubeconfig="$KUBECONFIG" \
-      --controllers=job-controller,pod-garbage-collector-controller,taint-eviction-controller,disruption-controller \
-      --leader-elect=false --secure-port=0 --v=2 "${kcm_args[@]}" </dev/null >"$out/controller.log" 2>&1 &
+    # KCM as upstream deploys it: one process, the node's helper KCM
+    # restarted with the four added to its --controllers. Its
+    # taint-eviction-controller finds a node's pods through the spec.nodeName
+    # index node-lifecycle-controller adds to the shared pod informer; in a
+    # KCM of its own it fails with "Index with name spec.nodeName does not
+    # exist" and evicts nothing. The pid file is node.sh's, so `down` stops it.
+    local state="${KCM_NODE_STATE:-/run/kcm-rs-node}" hpid argv=() a i kcm=()
+    hpid="$(cat "$state/pids/kcm-helpers")"
+    mapfile -d '' argv <"/proc/$hpid/cmdline"
+    [[ "${argv[0]:-}" == *kcm-e2e-controller-manager ]] || { err "pid $hpid is not the helper KCM: ${argv[*]}"; exit 1; }
+    for a in "${argv[@]}"; do
+      case "$a" in
+        --controllers=*) kcm+=("$a,job-controller,pod-garbage-collector-controller,taint-eviction-controller,disruption-controller") ;;
+        *) kcm+=("$a") ;;
+      esac
+    done
+    kill -TERM "$hpid"
+    for ((i = 0; i < 200; i++)); do kill -0 "$hpid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$hpid" 2>/dev/null && { err "the helper KCM $hpid did not stop"; exit 1; }
+    build="kube-controller-manager $("${kcm[0]}" --version 2>/dev/null | awk '{ print $2 }') (with the node's helpers, one process)"
+    setsid "${kcm[@]}" "${kcm_args[@]}" </dev/null >"$out/controller.log" 2>&1 &
+    echo $! >"$state/pids/kcm-helpers"
   else
     build="kcm-rs $(cat "$work/kcm-rs.build" 2>/dev/null || echo "$(kcm_rs_bin)")"
     setsid "$(kcm_rs_bin)" --kubeconfig="$KUBECONFIG" --controllers='*' --leader-elect=false --secure-port=0 \
