@@ -4,8 +4,9 @@
 //! kcm-rs controllers in process through the binary's wiring
 //! ([`in_process`]), helpers that play the kubelet, waits, watch histories,
 //! the fault-injecting proxy ([`faults`]), HTTPS and Prometheus helpers,
-//! the controllers' log lines captured in a test ([`logs`]), and kcm-rs
-//! as installed from `manifests/` or the chart ([`manifests`]).
+//! the controllers' log lines captured in a test ([`logs`]), kcm-rs
+//! as installed from `manifests/` or the chart ([`manifests`]), and the
+//! scenario tests' side of a real-node session ([`realnode`]).
 //! The pod lifecycle simulator is the `kcm-sim` crate (`sim/`); benchmarks
 //! and the chaos driver are `kcm-bench` (`bench/`).
 
@@ -24,6 +25,7 @@ pub mod manifests;
 pub mod namespace;
 pub mod procstat;
 pub mod prometheus;
+pub mod realnode;
 pub mod thread;
 pub mod upstream;
 pub mod wait;

@@ -19,22 +19,17 @@
 //! codes) must be the same; the timings are printed.
 //! The table goes to bench/results/realnode-kep/<minor>-termination.md.
 
-#[path = "realnode/procs.rs"]
-mod procs;
-#[path = "realnode/support.rs"]
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{DeleteParams, Patch, PatchParams};
-use procs::Which;
-use serde_json::json;
-use support::{
-    PodEnd, RealNode, Scenario, between, job_has, pod_spec, scenario_job, secs, set_env, terminal,
-    wait_seen,
+use kcm_e2e::realnode::procs::Which;
+use kcm_e2e::realnode::{
+    self, PodEnd, RealNode, Scenario, between, job_has, pod_spec, procs, scenario_job, secs,
+    set_env, terminal, wait_seen,
 };
+use kube::api::{DeleteParams, Patch, PatchParams};
+use serde_json::json;
 
 const JOB: &str = "term";
 
@@ -458,7 +453,7 @@ fn render(node: &RealNode, results: &BTreeMap<(Case, Which), Outcome>, cases: &[
          ignore SIGTERM (`trap '' TERM`), so the kubelet's SIGKILL at the end of the grace period \
          ends them (exit 137). Facts must be the same under kcm-rs and KCM; checks must pass for both.\n",
         node.version,
-        support::run_header(node),
+        realnode::run_header(node),
         node.version
     );
     for &c in cases {
@@ -520,7 +515,7 @@ async fn graceful_termination_of_real_pods_kcm_rs_as_kcm() {
     let (results, mut failures) =
         procs::both_passes(&node, "termination", &cases, Case::slug, |c| run(&node, c)).await;
     let table = render(&node, &results, &cases);
-    support::write_result(&format!("{}-termination.md", node.version), &table);
+    realnode::write_result(&format!("{}-termination.md", node.version), &table);
     for ((case, which), o) in &results {
         if let Some(e) = &o.error {
             failures.push(format!("{} {}: {e}", which.label(), case.slug()));

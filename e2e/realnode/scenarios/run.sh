@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make realnode-kep` / `make realnode-termination` / `make realnode-scenarios`:
-# the real-node scenarios of e2e/tests/realnode_kep3329.rs (KEP-3329 with every
+# the real-node scenarios of e2e/tests/realnode_kep3329/ (KEP-3329 with every
 # real source of DisruptionTarget) and realnode_termination.rs (real graceful
 # termination), kcm-rs then KCM's four controllers on the same node, for each
 # minor in its own node session: the node's lock (/run/kcm-rs-node.lock), up,

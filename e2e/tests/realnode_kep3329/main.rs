@@ -21,12 +21,7 @@
 //! kcm-rs on the same node; both must give the same reasons, counts and
 //! conditions. The table goes to bench/results/realnode-kep/<minor>-kep3329.md.
 
-#[path = "realnode/kep_report.rs"]
 mod kep_report;
-#[path = "realnode/procs.rs"]
-mod procs;
-#[path = "realnode/support.rs"]
-mod support;
 
 use std::time::{Duration, Instant};
 
@@ -34,12 +29,12 @@ use k8s_openapi::api::core::v1::{Node, Pod, ResourceRequirements, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kcm_e2e::realnode::{
+    self, PodEnd, RealNode, Scenario, accounted, bare_pod, between, main_container, pod_spec,
+    procs, scenario_job, terminal, wait_seen,
+};
 use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::{
-    PodEnd, RealNode, Scenario, accounted, bare_pod, between, main_container, pod_spec,
-    scenario_job, terminal, wait_seen,
-};
 
 const JOB: &str = "kep";
 const TAINT: &str = "kcm-scenario/disrupt";
@@ -160,7 +155,7 @@ async fn ensure_priority_classes(client: &kube::Client) {
     for (name, value) in [(LOW, 100), (HIGH, 1000)] {
         let pc: PriorityClass = serde_json::from_value(json!({
             "metadata": {"name": name}, "value": value,
-            "description": "real-node scenarios (e2e/tests/realnode_kep3329.rs)"
+            "description": "real-node scenarios (e2e/tests/realnode_kep3329/)"
         }))
         .expect("priority class");
         match api.create(&PostParams::default(), &pc).await {
@@ -227,7 +222,7 @@ async fn first_disrupted(
     loop {
         for p in pods {
             if let Some(last) = sc.history.last(p, None)
-                && (support::disruption_reason(&last).is_some()
+                && (realnode::disruption_reason(&last).is_some()
                     || last.metadata.deletion_timestamp.is_some()
                     || terminal(&last))
             {
@@ -392,7 +387,7 @@ async fn drive(
     node.signal(&sc.ns, &runner, "42");
     let t42 = Instant::now();
     sc.wait_job(JOB, Duration::from_secs(120), "Failed", |j| {
-        support::job_has(j, "Failed")
+        realnode::job_has(j, "Failed")
     })
     .await?;
     let conds = sc.jobw.conditions(JOB);
@@ -446,7 +441,7 @@ fn runner_exit(sc: &Scenario<'_>, pod: &str) -> Option<i32> {
         .of(pod)
         .iter()
         .rev()
-        .find_map(|s| support::exit_code(s.pod()))
+        .find_map(|s| realnode::exit_code(s.pod()))
 }
 
 /// A PDB (minAvailable 1) the disruption controller under test computes;
@@ -500,7 +495,7 @@ async fn kep3329_every_source_of_disruption_target_kcm_rs_as_kcm() {
     })
     .await;
     let table = kep_report::render(&node, &results, &causes);
-    support::write_result(&format!("{}-kep3329.md", node.version), &table);
+    realnode::write_result(&format!("{}-kep3329.md", node.version), &table);
 
     failures.extend(kep_report::failures(&results, &causes));
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -1,12 +1,12 @@
-//! Shared by the real-node scenario tests (`realnode_kep3329.rs`,
-//! `realnode_termination.rs`): the node a session brought up
-//! (`e2e/realnode/node.sh`), the scenario Job (`e2e/realnode/scenarios/job.yaml`)
-//! whose real pods act on signal files, a watch of the Jobs beside
-//! [`PodHistory`], how pods ended, the namespace of one scenario, and the
-//! result files. The processes (controllers under test, the node's kubelet
-//! and helper KCM) are in `procs.rs`.
+//! The real-node scenario tests' side of a node session
+//! (`e2e/tests/realnode_kep3329/`, `e2e/tests/realnode_termination.rs`):
+//! the node a session brought up (`e2e/realnode/node.sh`), the scenario Job
+//! (`e2e/realnode/scenarios/job.yaml`) whose real pods act on signal files,
+//! a watch of the Jobs beside [`PodHistory`], how pods ended, the namespace
+//! of one scenario, and the result files. The processes (controllers under
+//! test, the node's kubelet and helper KCM) are in [`procs`].
 
-#![allow(dead_code)]
+pub mod procs;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,11 +14,11 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::binaries::repo_root;
+use crate::history::PodHistory;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kcm_e2e::binaries::repo_root;
-use kcm_e2e::history::PodHistory;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::runtime::watcher::{self, Event};
 use parking_lot::Mutex;
@@ -55,7 +55,7 @@ impl RealNode {
             .collect();
         let kubeconfig = PathBuf::from(&env["KUBECONFIG"]);
         let state = kubeconfig.parent().expect("state dir").to_path_buf();
-        let client = kcm_e2e::control_plane::client_from_kubeconfig(&kubeconfig)
+        let client = crate::control_plane::client_from_kubeconfig(&kubeconfig)
             .await
             .expect("client of the real node's API server");
         RealNode {
@@ -287,7 +287,7 @@ pub struct Scenario<'a> {
 
 impl<'a> Scenario<'a> {
     pub async fn new(node: &'a RealNode, prefix: &str) -> Scenario<'a> {
-        let ns = kcm_e2e::TestNamespace::create(&node.client, prefix)
+        let ns = crate::TestNamespace::create(&node.client, prefix)
             .await
             .expect("namespace")
             .name;
@@ -356,7 +356,7 @@ impl<'a> Scenario<'a> {
         what: &str,
         pred: impl Fn(&Job) -> bool,
     ) -> Result<Job, String> {
-        kcm_e2e::wait::wait_for(&self.jobs, name, timeout, what, pred)
+        crate::wait::wait_for(&self.jobs, name, timeout, what, pred)
             .await
             .map_err(|e| e.to_string())
     }
@@ -366,7 +366,7 @@ impl<'a> Scenario<'a> {
     pub async fn cleanup(self) -> Result<(), String> {
         let nss: Api<Namespace> = Api::all(self.node.client.clone());
         let _ = nss.delete(&self.ns, &DeleteParams::default()).await;
-        let r = kcm_e2e::wait::wait_gone(&nss, &self.ns, Duration::from_secs(180))
+        let r = crate::wait::wait_gone(&nss, &self.ns, Duration::from_secs(180))
             .await
             .map_err(|e| format!("namespace {} not gone: {e}", self.ns));
         let _ = std::fs::remove_dir_all(self.node.signal_dir(&self.ns));

@@ -1,10 +1,11 @@
-//! The table and the verdict of `realnode_kep3329.rs`: per cause, what
+//! The table and the verdict of `realnode_kep3329/`: per cause, what
 //! kcm-rs and KCM made of the same disruption.
 
 use std::collections::BTreeMap;
 
-use crate::procs::Which;
-use crate::support::{PodEnd, RealNode, secs};
+use kcm_e2e::realnode::procs::Which;
+use kcm_e2e::realnode::{PodEnd, RealNode, secs};
+
 use crate::{Cause, Outcome};
 
 /// Markdown: the sources table (one row per cause, kcm-rs beside KCM) and
@@ -16,13 +17,13 @@ pub fn render(
 ) -> String {
     let mut s = format!(
         "# KEP-3329 on a real node: every source of DisruptionTarget, Kubernetes {}\n\n{}\n\n\
-         `make realnode-kep K8S_VERSIONS={}` (e2e/tests/realnode_kep3329.rs). One Job per cause \
+         `make realnode-kep K8S_VERSIONS={}` (e2e/tests/realnode_kep3329/). One Job per cause \
          (e2e/realnode/scenarios/job.yaml: FailJob on exit code 42, Ignore on DisruptionTarget, \
          backoffLimit 1, two real pods); then a real exit 42. Victim: DisruptionTarget reason, \
          phase/status.reason, exit code, as the pod watch last saw it. Counted: the Job's \
          status.failed once the victims are accounted for and replaced.\n\n",
         node.version,
-        crate::support::run_header(node),
+        kcm_e2e::realnode::run_header(node),
         node.version
     );
     s.push_str("| cause | upstream's reason | victim (kcm-rs) | victim (KCM) | counted kcm-rs / KCM | Job conditions kcm-rs | Job conditions KCM | failed at end kcm-rs / KCM | notes | same |\n");

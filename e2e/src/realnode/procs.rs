@@ -1,9 +1,7 @@
 //! The processes of the real-node scenarios (shared by
-//! `realnode_kep3329.rs` and `realnode_termination.rs`): the controllers
+//! `realnode_kep3329/` and `realnode_termination.rs`): the controllers
 //! under test (kcm-rs, or KCM with the four), and the node's own processes
 //! (`node.sh`'s kubelet and helper KCM) stopped and started again.
-
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -11,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kcm_e2e::binaries::repo_root;
+use crate::binaries::repo_root;
 
-use crate::support::RealNode;
+use super::RealNode;
 
 /// KCM's names of the four controllers kcm-rs replaces.
 pub const FOUR: &str = "job-controller,pod-garbage-collector-controller,taint-eviction-controller,disruption-controller";
@@ -258,7 +256,7 @@ impl Controllers {
             panic!(
                 "{} exited at once ({status}): {}",
                 which.label(),
-                kcm_e2e::control_plane::tail(&log, 30)
+                crate::control_plane::tail(&log, 30)
             );
         }
         Controllers {
