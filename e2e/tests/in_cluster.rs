@@ -11,10 +11,6 @@
 //!   KCM's garbage collector deletes the Secret and the API server refuses
 //!   the token.
 
-#[path = "manifests/support.rs"]
-#[allow(dead_code)]
-mod support;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -23,6 +19,11 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, ServiceAccount};
 use kcm_e2e::control_plane::client_from_kubeconfig;
+use kcm_e2e::manifests::{
+    CONTROLLER_ACCOUNTS, KcmRs, POD, container, container_args, create, finish_job_pod, holder,
+    job, job_has, kcm_rs_binary, kcm_rs_pod, manifests, parse_docs, run_helm, sa_token, text,
+    token_kubeconfig,
+};
 use kcm_e2e::upstream::UpstreamKcm;
 use kcm_e2e::wait::wait_gone;
 use kcm_e2e::{ControlPlane, TestNamespace, kubelet};
@@ -30,7 +31,6 @@ use kcm_runtime::client::identity::{self, BoundObject};
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use support::*;
 
 /// The namespace the chart is installed into.
 const RELEASE_NS: &str = "kcm-system";

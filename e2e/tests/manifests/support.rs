@@ -1,6 +1,6 @@
-//! `kcm_e2e::manifests` under its old name, for the tests that still
-//! include this file by `#[path]` (e2e/tests/in_cluster.rs,
-//! e2e/tests/realnode_install.rs); the others import the module.
+//! `kcm_e2e::manifests` under its old name, for the one test that still
+//! includes this file by `#[path]` (e2e/tests/realnode_install.rs); the
+//! others import the module.
 
 #![allow(unused_imports)]
 
