@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
@@ -30,6 +30,7 @@ use kube::api::PostParams;
 use parking_lot::Mutex;
 use prometheus::IntCounterVec;
 use sha2::{Digest, Sha256};
+use tokio::time::Instant;
 
 use crate::known::Known;
 use crate::review::{Flights, Gate, Lane};

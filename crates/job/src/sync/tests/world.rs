@@ -23,20 +23,12 @@ use serde_json::json;
 
 use super::server::{Server, SyncLog, WorldPort, gone};
 use crate::controller::{JobController, add_indexes};
-use crate::pods::{JOB_COMPLETION_INDEX, JOB_TRACKING_FINALIZER};
+use crate::pods::{JOB_COMPLETION_INDEX, JOB_TRACKING_FINALIZER, is_finished};
 use crate::sync::manage::PodWork;
 use crate::sync::{Config, JobEvent};
 
 /// The one Job of the world.
 const KEY: &str = "ns/j";
-
-/// Complete=True or Failed=True.
-fn is_finished(job: &Job) -> bool {
-    let s = job.status.clone().unwrap_or_default();
-    conditions(&s)
-        .iter()
-        .any(|c| (c.0 == "Complete" || c.0 == "Failed") && c.1 == "True")
-}
 
 pub(crate) const T0: i64 = 1_700_000_000;
 
