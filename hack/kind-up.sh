@@ -12,7 +12,7 @@
 #   4. waits for the Deployment, the Lease holder and the sample Job.
 #
 # hack/kind-up.sh --beside-kcm: kcm-rs beside an unmodified KCM instead
-# (README "Beside an unmodified KCM"): the same node images without the
+# (docs/beside-kcm.md): the same node images without the
 # kubeadm patch, so KCM runs all its controllers (checked); applies
 # manifests/beside-kcm (plus manifests/monitoring with the CRDs) and
 # manifests/beside-kcm/admission-policy.yaml (v1 from 1.36; on 1.34 and 1.35

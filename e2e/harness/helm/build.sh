@@ -7,7 +7,7 @@
 #
 # usage: e2e/harness/helm/build.sh [OUT_DIR]   (default target/e2e-bin)
 # The binary is OUT_DIR/kcm-e2e-helm. The first build takes several minutes
-# (README, "Installing"), the module download seconds.
+# (docs/testing.md, "Manifests and the chart"), the module download seconds.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${1:-$here/../../../target/e2e-bin}"
