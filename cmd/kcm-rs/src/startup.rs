@@ -278,6 +278,7 @@ pub async fn controller_identities(
                     bound.clone(),
                     retry.stop.child_token(),
                     renewal,
+                    retry.clock.clone(),
                 )
                 .await
                 .map_err(Attempt::from)

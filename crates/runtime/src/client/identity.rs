@@ -31,6 +31,8 @@ use parking_lot::RwLock;
 use tokio_util::sync::CancellationToken;
 use tower::{Layer, Service};
 
+use crate::clock::Clock;
+
 /// Where KCM keeps its controllers' ServiceAccounts; kcm-rs's default
 /// outside a pod.
 pub const KCM_NAMESPACE: &str = "kube-system";
@@ -304,7 +306,8 @@ pub fn renew_after(now: Timestamp, expires: Timestamp) -> Duration {
 /// back-off while the old token is still valid.
 ///
 /// `every` replaces the renewal time (tests only: API tokens live at least
-/// ten minutes, too long to watch one renew).
+/// ten minutes, too long to watch one renew). The time left on a token is
+/// read on `clock`.
 pub async fn service_account_token(
     client: kube::Client,
     namespace: &str,
@@ -312,11 +315,12 @@ pub async fn service_account_token(
     bound: Option<BoundObject>,
     stop: CancellationToken,
     every: Option<Duration>,
+    clock: Clock,
 ) -> Result<TokenSource, IdentityError> {
     let (token, mut expires) = request_token(&client, namespace, account, bound.as_ref()).await?;
     let source = TokenSource::new(namespace, account, &token)?;
     let renewing = source.clone();
-    let next = move |expires| every.unwrap_or_else(|| renew_after(Timestamp::now(), expires));
+    let next = move |expires| every.unwrap_or_else(|| renew_after(clock.now(), expires));
     tokio::spawn(async move {
         let mut wait = next(expires);
         let mut backoff = Duration::from_secs(1);
