@@ -364,6 +364,7 @@ pub async fn run(node: &Node, ns: &str, token: &str, p: &mut Problems) -> String
     // Scaled to zero: the targets go, KcmRsDown goes pending, then firing
     // after its `for` (5m).
     let scaled = Instant::now();
+    let scaled_at = jiff::Timestamp::now();
     node.kubectl(&["-n", ns, "scale", "deployment/kcm-rs", "--replicas=0"]);
     let (mut pending, mut firing) = (None, None);
     while firing.is_none() && scaled.elapsed() < Duration::from_secs(480) {
@@ -377,6 +378,7 @@ pub async fn run(node: &Node, ns: &str, token: &str, p: &mut Problems) -> String
     }
     p.check(firing.is_some(), format!("KcmRsDown fired after scaling to zero: pending at {pending:.0?}, firing at {firing:.0?}"));
     let restored = Instant::now();
+    let restored_at = jiff::Timestamp::now();
     node.kubectl(&["-n", ns, "scale", "deployment/kcm-rs", "--replicas=2"]);
     let mut cleared = None;
     while cleared.is_none() && restored.elapsed() < Duration::from_secs(240) {
@@ -401,16 +403,33 @@ pub async fn run(node: &Node, ns: &str, token: &str, p: &mut Problems) -> String
     format!(
         "Prometheus {} (config `prometheus.json`: Service discovery through the API server, the ServiceMonitor's \
          endpoint: {}): targets {:?}; `sum(leader_election_master_status)` = {leaders}; alerting rules loaded {n_loaded}/{n_defined}.\n\n\
-         | step | KcmRsDown |\n|---|---|\n| both replicas up | inactive |\n\
-         | scaled to 0 | pending after {}, firing after {} (`for: 5m`, evaluation every 30s) |\n\
-         | scaled back to 2 | cleared after {} |\n",
+         | step (UTC) | KcmRsDown |\n|---|---|\n| both replicas up | inactive |\n\
+         | scaled to 0 at {} | pending after {} ({}), firing after {} ({}) (`for: 5m`, evaluation every 30s) |\n\
+         | scaled back to 2 at {} | cleared after {} ({}) |\n",
         prometheus_version(),
         serde_json::to_string(&sm["spec"]["endpoints"][0]).unwrap_or_default(),
         targets,
+        clock(scaled_at, Some(Duration::ZERO)),
         secs(pending),
+        clock(scaled_at, pending),
         secs(firing),
+        clock(scaled_at, firing),
+        clock(restored_at, Some(Duration::ZERO)),
         secs(cleared),
+        clock(restored_at, cleared),
     )
+}
+
+/// `at + d` as a UTC time of day, "never" without `d`.
+fn clock(at: jiff::Timestamp, d: Option<Duration>) -> String {
+    let Some(d) = d else {
+        return "never".into();
+    };
+    let t = jiff::SignedDuration::try_from(d)
+        .ok()
+        .and_then(|d| at.checked_add(d).ok())
+        .unwrap_or(at);
+    t.strftime("%H:%M:%S").to_string()
 }
 
 fn secs(d: Option<Duration>) -> String {
