@@ -198,6 +198,28 @@ pub struct End {
     /// Pods neither Succeeded nor Failed at the end.
     pub unfinished: usize,
     pub exit_codes: Vec<i32>,
+    /// The Job's status counts (succeeded, failed).
+    pub status: (i32, i32),
+    /// Its pods seen Succeeded and Failed.
+    pub pods_ended: (usize, usize),
+}
+
+impl End {
+    /// Pods whose end the status does not count (lost), and counts no pod
+    /// accounts for (counted twice), summed over succeeded and failed.
+    pub fn lost_and_twice(&self) -> (usize, usize) {
+        let mut lost = 0;
+        let mut twice = 0;
+        for (status, pods) in [
+            (self.status.0, self.pods_ended.0),
+            (self.status.1, self.pods_ended.1),
+        ] {
+            let status = usize::try_from(status).unwrap_or(0);
+            lost += pods.saturating_sub(status);
+            twice += status.saturating_sub(pods);
+        }
+        (lost, twice)
+    }
 }
 
 fn finished(j: &Job) -> Option<String> {
@@ -243,6 +265,8 @@ pub async fn wait_ends(
                     finalizers: 0,
                     unfinished: 0,
                     exit_codes: vec![],
+                    status: (0, 0),
+                    pods_ended: (0, 0),
                 });
             }
             return ends;
@@ -307,6 +331,8 @@ fn end_of(j: &Job, end: String, seen: &Seen) -> End {
         finalizers,
         unfinished: pods.len() - ok - failed,
         exit_codes,
+        status: (st.succeeded.unwrap_or(0), st.failed.unwrap_or(0)),
+        pods_ended: (ok, failed),
     }
 }
 

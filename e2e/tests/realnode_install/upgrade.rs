@@ -245,14 +245,36 @@ pub async fn roll(
     }
 }
 
+/// The stream Jobs by end: how many, their pods, the pods whose end the
+/// Job's status misses (lost) or counts twice, and the pods left with the
+/// tracking finalizer.
 pub fn jobs_markdown(ends: &BTreeMap<String, jobs::End>) -> String {
-    let mut tally: BTreeMap<(String, usize), usize> = BTreeMap::new();
-    for e in ends.values() {
-        *tally.entry((e.line.clone(), e.finalizers)).or_default() += 1;
+    #[derive(Default)]
+    struct Row {
+        jobs: usize,
+        pods: usize,
+        lost: usize,
+        twice: usize,
+        finalizers: usize,
     }
-    let mut s = String::from("| Jobs | end | tracking finalizers left |\n|---|---|---|\n");
-    for ((line, fin), n) in tally {
-        s.push_str(&format!("| {n} | {line} | {fin} |\n"));
+    let mut tally: BTreeMap<String, Row> = BTreeMap::new();
+    for e in ends.values() {
+        let r = tally.entry(e.line.clone()).or_default();
+        let (lost, twice) = e.lost_and_twice();
+        r.jobs += 1;
+        r.pods += e.pods_ended.0 + e.pods_ended.1 + e.unfinished;
+        r.lost += lost;
+        r.twice += twice;
+        r.finalizers += e.finalizers;
+    }
+    let mut s = String::from(
+        "| Jobs | end | pods | pods lost (ended, not in the status) | counted twice (in the status, no pod) | left with the tracking finalizer |\n|---|---|---|---|---|---|\n",
+    );
+    for (line, r) in tally {
+        s.push_str(&format!(
+            "| {} | {line} | {} | {} | {} | {} |\n",
+            r.jobs, r.pods, r.lost, r.twice, r.finalizers
+        ));
     }
     s
 }
