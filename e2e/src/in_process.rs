@@ -68,9 +68,8 @@ pub async fn start_at(
             log_tail: String::new(),
         }
     })?;
-    // As the binary's default (JSON); KCM_E2E_CONTENT_TYPE=
-    // application/vnd.kubernetes.protobuf runs a suite over the protobuf
-    // pod watch instead.
+    // As the binary's default (protobuf pods); KCM_E2E_CONTENT_TYPE=
+    // application/json runs a suite over the JSON pod watch instead.
     let content_type = match std::env::var("KCM_E2E_CONTENT_TYPE") {
         Ok(v) => v.parse().map_err(|reason| HarnessError::NotHealthy {
             reason,

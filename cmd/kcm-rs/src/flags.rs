@@ -52,10 +52,10 @@ pub struct Flags {
     pub kube_api_burst: u32,
 
     /// Content type of the shared informers' lists and watches:
-    /// application/json, or application/vnd.kubernetes.protobuf (pods in
-    /// protobuf, other kinds in JSON; KCM's default). Writes are JSON
+    /// application/vnd.kubernetes.protobuf (pods in protobuf, other kinds
+    /// in JSON; KCM's default), or application/json. Writes are JSON
     /// either way.
-    #[arg(long, default_value = "application/json")]
+    #[arg(long, default_value = "application/vnd.kubernetes.protobuf")]
     pub kube_api_content_type: kcm_runtime::informer::ContentType,
 
     /// The Job controller's flags.
@@ -273,7 +273,7 @@ mod tests {
         assert_eq!(f.controllers, vec!["*"]);
         assert_eq!(f.kube_api_qps, 20.0);
         assert_eq!(f.kube_api_burst, 30);
-        assert_eq!(f.kube_api_content_type, ContentType::Json);
+        assert_eq!(f.kube_api_content_type, ContentType::Protobuf);
         assert_eq!(f.job.concurrent_job_syncs, 5);
         assert_eq!(f.podgc.terminated_pod_gc_threshold, 12500);
         assert!(f.leader_elect);
@@ -336,12 +336,9 @@ mod tests {
         assert!(Flags::try_parse_from(["kcm-rs", "--leader-elect-retry-period=soon"]).is_err());
         assert!(Flags::try_parse_from(["kcm-rs", "--kube-api-burst=-1"]).is_err());
         assert!(Flags::try_parse_from(["kcm-rs", "--kube-api-content-type=text/yaml"]).is_err());
-        let proto = [
-            "kcm-rs",
-            "--kube-api-content-type=application/vnd.kubernetes.protobuf",
-        ];
-        let proto = Flags::try_parse_from(proto).expect("protobuf");
-        assert_eq!(proto.kube_api_content_type, ContentType::Protobuf);
+        let json = ["kcm-rs", "--kube-api-content-type=application/json"];
+        let json = Flags::try_parse_from(json).expect("json");
+        assert_eq!(json.kube_api_content_type, ContentType::Json);
         assert!(Flags::try_parse_from(["kcm-rs", "--no-such-flag"]).is_err());
     }
 

@@ -31,12 +31,12 @@ struct Inner {
 /// (`--kube-api-content-type`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ContentType {
-    /// JSON for every kind: kcm-rs's default (the benchmark showed no
-    /// gain from protobuf; README, deviations).
-    #[default]
+    /// JSON for every kind.
     Json,
     /// Protobuf for kinds with a protobuf decoder (pods), JSON for the
-    /// rest; KCM's default.
+    /// rest; KCM's default and kcm-rs's: the API server encodes a JSON
+    /// watch event about twice as dearly (`docs/apiserver-cost.md`).
+    #[default]
     Protobuf,
 }
 
@@ -63,7 +63,8 @@ pub struct InformerFactory {
 }
 
 impl InformerFactory {
-    /// A factory whose informers use kcm-rs's default encoding (JSON).
+    /// A factory whose informers use kcm-rs's default encoding (protobuf
+    /// pods).
     pub fn new(client: kube::Client) -> Self {
         Self::with_content_type(client, ContentType::default())
     }
