@@ -85,7 +85,10 @@ pub const KINDS: &[(&str, &str)] = &[
     ("monitoring/servicemonitor.yaml", "ServiceMonitor"),
     ("monitoring/prometheusrule.yaml", "PrometheusRule"),
     ("monitoring/dashboard.yaml", "ConfigMap"),
-    ("monitoring/metrics-reader.yaml", "ClusterRoleBinding"),
+    (
+        "monitoring/metrics-reader.yaml",
+        "ServiceAccount Secret ClusterRoleBinding",
+    ),
     ("kustomization.yaml", "Kustomization"),
     ("base/kustomization.yaml", "Kustomization"),
     ("monitoring/kustomization.yaml", "Component"),
@@ -174,6 +177,18 @@ pub const AGREE: &[&str] = &[
     "monitoring/servicemonitor.yaml#0/spec/endpoints/0/port = base/service.yaml#0/spec/ports/0/name",
     "monitoring/servicemonitor.yaml#0/spec/endpoints/0/scheme = https",
     "monitoring/servicemonitor.yaml#0/apiVersion = monitoring.coreos.com/v1",
+    // The ServiceMonitor scrapes with the scraper's token (a Secret in its
+    // namespace, filled in by KCM's token controller), not Prometheus's own.
+    "monitoring/servicemonitor.yaml#0/spec/endpoints/0/authorization/type = Bearer",
+    "monitoring/servicemonitor.yaml#0/spec/endpoints/0/authorization/credentials/name = monitoring/metrics-reader.yaml#1/metadata/name",
+    "monitoring/servicemonitor.yaml#0/spec/endpoints/0/authorization/credentials/key = token",
+    "monitoring/servicemonitor.yaml#0/metadata/namespace = monitoring/metrics-reader.yaml#1/metadata/namespace",
+    "monitoring/metrics-reader.yaml#1/type = kubernetes.io/service-account-token",
+    "monitoring/metrics-reader.yaml#1/metadata/annotations/kubernetes.io~1service-account.name = monitoring/metrics-reader.yaml#0/metadata/name",
+    "monitoring/metrics-reader.yaml#0/metadata/namespace = monitoring/metrics-reader.yaml#1/metadata/namespace",
+    "monitoring/metrics-reader.yaml#2/subjects/0/name = monitoring/metrics-reader.yaml#0/metadata/name",
+    "monitoring/metrics-reader.yaml#2/subjects/0/namespace = monitoring/metrics-reader.yaml#0/metadata/namespace",
+    "monitoring/metrics-reader.yaml#2/roleRef/name = base/rbac.yaml#18/metadata/name",
     "monitoring/prometheusrule.yaml#0/apiVersion = monitoring.coreos.com/v1",
     "monitoring/dashboard.yaml#0/metadata/labels/grafana_dashboard = 1",
 ];

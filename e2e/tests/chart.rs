@@ -132,6 +132,10 @@ const CHART_ONLY: &[&[&str]] = &[
     ],
 ];
 
+/// The ServiceAccount the ServiceMonitor scrapes with (its token Secret is
+/// `<SCRAPER>-token`), bound to system:kcm-rs:metrics-reader.
+const SCRAPER: &str = "kcm-rs-metrics-scraper";
+
 /// Values that cannot work, and what the failure must say.
 const REFUSED: &[(&[&str], &str)] = &[
     (
@@ -408,12 +412,16 @@ fn everything_set(docs: &[Value]) {
     );
     let sa = find(docs, "ServiceAccount", "kcm-rs");
     assert_eq!(sa["metadata"]["annotations"]["example.com/role"], "kcm-rs");
-    // Only the two controllers' identities, and what their informers read.
+    // Only the two controllers' identities (and the scraper's), and what
+    // their informers read.
+    let mut accounts = names(docs, "ServiceAccount");
+    accounts.sort();
     assert_eq!(
-        names(docs, "ServiceAccount"),
+        accounts,
         [
             "kcm-rs",
             "kcm-rs-job-controller",
+            SCRAPER,
             "kcm-rs-pod-garbage-collector"
         ]
     );
@@ -474,25 +482,30 @@ fn impossible_values_fail_and_crd_objects_need_their_crds() {
             .iter()
             .filter(|d| {
                 let kind = text(&d["kind"]);
+                let name = text(&d["metadata"]["name"]);
                 kind == "ServiceMonitor"
                     || kind == "PrometheusRule"
-                    || d["metadata"]["name"] == "kcm-rs-dashboard"
-                    || d["metadata"]["name"] == "system:kcm-rs:metrics-reader"
-                        && d["kind"] == "ClusterRoleBinding"
+                    || name == "kcm-rs-dashboard"
+                    || name.starts_with("kcm-rs-metrics-scraper")
+                    || name == "system:kcm-rs:metrics-reader" && kind == "ClusterRoleBinding"
             })
             .map(|d| text(&d["kind"]).to_string())
             .collect();
         kinds.sort();
         kinds
     };
+    // The scraper's identity (ServiceAccount, token Secret, metrics-reader
+    // binding) only with the ServiceMonitor that names its token.
     let all = [
         "ClusterRoleBinding",
         "ConfigMap",
         "PrometheusRule",
+        "Secret",
+        "ServiceAccount",
         "ServiceMonitor",
     ];
     assert_eq!(monitoring(true, &[]), all);
-    assert_eq!(monitoring(false, &[]), ["ClusterRoleBinding", "ConfigMap"]);
+    assert_eq!(monitoring(false, &[]), ["ConfigMap"]);
     assert!(monitoring(true, &["--set", "monitoring.enabled=false"]).is_empty());
 
     let beside = parse_docs(
@@ -586,7 +599,7 @@ async fn chart_renders_the_kustomize_overlays_and_both_pass_a_server_side_dry_ru
     );
     let accounts = single
         .iter()
-        .filter(|d| d["kind"] == "ServiceAccount")
+        .filter(|d| d["kind"] == "ServiceAccount" && d["metadata"]["name"] != SCRAPER)
         .count();
     assert_eq!(accounts, 1, "one identity: only the process's account");
     let bindings = single

@@ -252,7 +252,7 @@ async fn manifests(node: &Node) {
     let (_, seen) = verify(node, &client, &mut r, &mut p, &w, None, &[]).await;
 
     // Upgrade A -> B -> A by rolling update, Jobs streaming throughout.
-    let token = upgrade::metrics_token(node);
+    let token = upgrade::metrics_token(node, ns).await;
     let before = upgrade::commits(&client, ns, &token).await;
     let stop = Arc::new(AtomicBool::new(false));
     let stream = upgrade::stream(client.clone(), Duration::from_secs(4), stop.clone());
@@ -412,8 +412,7 @@ async fn chart(node: &Node) {
         kcm_jobs: None,
     };
     verify(node, &client, &mut r, &mut p, &w, None, &[]).await;
-    let token = upgrade::metrics_token(node);
-    let mon = monitoring::run(node, ns, &token, &mut p).await;
+    let mon = monitoring::run(node, ns, &mut p).await;
     r.section("Monitoring", &mon);
     r.finish(p);
 }

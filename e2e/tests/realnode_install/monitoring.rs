@@ -1,10 +1,12 @@
 //! Prometheus (the Debian package) against the live pods: the installed
 //! ServiceMonitor translated into the scrape config the Prometheus Operator
 //! generates from it (the endpoints of the selected Service, its TLS
-//! settings, its relabelling; the deprecated `bearerTokenFile` becomes
-//! `authorization.credentials_file`), the installed PrometheusRule loaded,
-//! and `KcmRsDown` firing when the Deployment is scaled to zero and clearing
-//! after.
+//! settings, its relabelling; its `authorization.credentials`, a key of a
+//! Secret in its namespace, read as the Operator reads it and given to
+//! Prometheus as `authorization.credentials_file`), the installed
+//! PrometheusRule loaded, and `KcmRsDown` firing when the Deployment is
+//! scaled to zero and clearing after. Prometheus's own account gets 403: only
+//! the scraper's token may read /metrics.
 //!
 //! Debian builds Prometheus without `kubernetes_sd_configs` (no client-go in
 //! Debian), so the Service discovery is replayed: a task lists the Endpoints
@@ -16,19 +18,19 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Pod, Secret, Service};
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
 use kcm_e2e::prometheus::Prometheus;
 use serde_json::{Value, json};
 
-use super::checks::Problems;
+use super::checks::{Problems, SELECTOR};
 use super::node::{Node, path};
 
 /// The Operator's scrape config for endpoint `i` of ServiceMonitor `sm`, its
 /// targets from `targets_file` (see [`discover`]), authenticating with
-/// `token_file`.
+/// `token_file` (what [`endpoint_token`] read).
 /// Panics on a field it does not translate, so a changed ServiceMonitor is
 /// not scraped with settings it does not have.
 pub fn scrape_config(sm: &Value, i: usize, targets_file: &str, token_file: &str) -> Value {
@@ -40,7 +42,6 @@ pub fn scrape_config(sm: &Value, i: usize, targets_file: &str, token_file: &str)
         "port",
         "scheme",
         "tlsConfig",
-        "bearerTokenFile",
         "authorization",
         "path",
         "interval",
@@ -112,12 +113,97 @@ pub fn scrape_config(sm: &Value, i: usize, targets_file: &str, token_file: &str)
         );
         c["tls_config"] = json!({ "insecure_skip_verify": ep["tlsConfig"]["insecureSkipVerify"] });
     }
-    // bearerTokenFile (deprecated) or authorization: Prometheus's
-    // `authorization` with the token from a file either way.
-    if ep["bearerTokenFile"].is_string() || ep["authorization"].is_object() {
-        c["authorization"] = json!({ "type": "Bearer", "credentials_file": token_file });
+    // The Operator copies the Secret's key into Prometheus's config; here
+    // Prometheus reads it from a file, the same token.
+    if ep["authorization"].is_object() {
+        let keys: Vec<&String> = ep["authorization"]
+            .as_object()
+            .expect("auth")
+            .keys()
+            .collect();
+        assert!(
+            keys.iter()
+                .all(|k| ["type", "credentials"].contains(&k.as_str())),
+            "authorization fields not translated: {keys:?}"
+        );
+        let kind = ep["authorization"]["type"].as_str().unwrap_or("Bearer");
+        c["authorization"] = json!({ "type": kind, "credentials_file": token_file });
     }
     c
+}
+
+/// The credentials endpoint `i` of ServiceMonitor `sm` names
+/// (`authorization.credentials`: a key of a Secret in the ServiceMonitor's
+/// namespace), read as the Operator reads them, once KCM's token controller
+/// has filled the Secret in (up to 60 s).
+pub async fn endpoint_token(client: &kube::Client, sm: &Value, i: usize) -> String {
+    let ns = sm["metadata"]["namespace"].as_str().expect("namespace");
+    let cred = &sm["spec"]["endpoints"][i]["authorization"]["credentials"];
+    let name = cred["name"].as_str().expect("credentials name");
+    let key = cred["key"].as_str().expect("credentials key");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let found = secrets.get_opt(name).await.ok().flatten();
+        let value = found.and_then(|s| s.data?.remove(key));
+        if let Some(v) = value.filter(|v| !v.0.is_empty()) {
+            return String::from_utf8(v.0).expect("a UTF-8 token");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Secret {ns}/{name} has no {key:?} after 60 s (KCM's token controller?)"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// The ServiceMonitor `kcm-rs` of namespace `ns`, as installed.
+pub fn service_monitor(node: &Node, ns: &str) -> Value {
+    let out = node.kubectl(&["-n", ns, "get", "servicemonitor", "kcm-rs", "-o", "json"]);
+    serde_json::from_str(&out).expect("ServiceMonitor")
+}
+
+/// A token of Prometheus's own account (kube-prometheus's
+/// monitoring/prometheus-k8s), which needs no right on kcm-rs any more.
+fn prometheus_own_token(node: &Node) -> String {
+    let _ = node.try_kubectl(&["create", "namespace", "monitoring"]);
+    let _ = node.try_kubectl(&[
+        "-n",
+        "monitoring",
+        "create",
+        "serviceaccount",
+        "prometheus-k8s",
+    ]);
+    // Not echoed: a token.
+    let args = [
+        "-n",
+        "monitoring",
+        "create",
+        "token",
+        "prometheus-k8s",
+        "--duration=1h",
+    ];
+    let token = node.try_kubectl(&args).expect("kubectl create token");
+    token.trim().to_string()
+}
+
+/// The HTTP status of GET https://<ip>:10257/metrics with `token`.
+fn metrics_status(ip: &str, token: &str) -> String {
+    let auth = format!("Authorization: Bearer {token}");
+    let url = format!("https://{ip}:10257/metrics");
+    let args = [
+        "-sk",
+        "--max-time",
+        "5",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "-H",
+        &auth,
+        &url,
+    ];
+    super::node::run(std::process::Command::new("curl").args(args)).unwrap_or_else(|e| e)
 }
 
 /// Prometheus's label name for a Kubernetes label key.
@@ -262,17 +348,8 @@ fn alert_state(alerts: &Value, name: &str) -> Option<String> {
 
 /// Scrapes the install in `ns` with its own ServiceMonitor and rules, then
 /// scales it to zero and back; returns the report's section.
-pub async fn run(node: &Node, ns: &str, token: &str, p: &mut Problems) -> String {
-    let sm: Value = serde_json::from_str(&node.kubectl(&[
-        "-n",
-        ns,
-        "get",
-        "servicemonitor",
-        "kcm-rs",
-        "-o",
-        "json",
-    ]))
-    .expect("ServiceMonitor");
+pub async fn run(node: &Node, ns: &str, p: &mut Problems) -> String {
+    let sm = service_monitor(node, ns);
     let rule: Value = serde_json::from_str(&node.kubectl(&[
         "-n",
         ns,
@@ -283,12 +360,14 @@ pub async fn run(node: &Node, ns: &str, token: &str, p: &mut Problems) -> String
         "json",
     ]))
     .expect("PrometheusRule");
-    let token_file = node.out.join("prometheus.token");
-    std::fs::write(&token_file, token).expect("token file");
     let eps = sm["spec"]["endpoints"]
         .as_array()
         .map(Vec::len)
         .unwrap_or(0);
+    p.check(eps == 1, format!("one ServiceMonitor endpoint: {eps}"));
+    let token = endpoint_token(&node.client().await, &sm, 0).await;
+    let token_file = node.out.join("prometheus.token");
+    std::fs::write(&token_file, &token).expect("token file");
     let targets_file = node.out.join("targets.json");
     discover(node.client().await, sm.clone(), targets_file.clone());
     let scrapes: Vec<Value> = (0..eps)
@@ -318,6 +397,23 @@ pub async fn run(node: &Node, ns: &str, token: &str, p: &mut Problems) -> String
     p.check(
         targets.len() == 2 && targets.iter().all(|(h, _)| h == "up"),
         format!("Prometheus scrapes both replicas: {targets:?}"),
+    );
+    // Only the scraper's token reads /metrics: Prometheus's own is refused.
+    let pods: Api<Pod> = Api::namespaced(node.client().await, ns);
+    let listed = pods.list(&ListParams::default().labels(SELECTOR)).await;
+    let ip = listed
+        .ok()
+        .and_then(|l| l.items.into_iter().find_map(|p| p.status?.pod_ip));
+    let ip = ip.unwrap_or_default();
+    let (with_scraper, with_own) = (
+        metrics_status(&ip, &token),
+        metrics_status(&ip, &prometheus_own_token(node)),
+    );
+    p.check(
+        with_scraper == "200" && with_own == "403",
+        format!(
+            "GET /metrics of {ip}: the scraper's token {with_scraper}, Prometheus's own {with_own}"
+        ),
     );
     let leaders = prom
         .query(r#"sum(leader_election_master_status{job="kcm-rs"})"#)
@@ -402,12 +498,16 @@ pub async fn run(node: &Node, ns: &str, token: &str, p: &mut Problems) -> String
     ]);
     format!(
         "Prometheus {} (config `prometheus.json`: Service discovery through the API server, the ServiceMonitor's \
-         endpoint: {}): targets {:?}; `sum(leader_election_master_status)` = {leaders}; alerting rules loaded {n_loaded}/{n_defined}.\n\n\
+         endpoint: {}, its credentials read from Secret `{ns}/{}` key `{}` as the Operator reads them): targets {:?}; \
+         GET /metrics of a replica: {with_scraper} with that token, {with_own} with Prometheus's own (`monitoring/prometheus-k8s`); \
+         `sum(leader_election_master_status)` = {leaders}; alerting rules loaded {n_loaded}/{n_defined}.\n\n\
          | step (UTC) | KcmRsDown |\n|---|---|\n| both replicas up | inactive |\n\
          | scaled to 0 at {} | pending after {} ({}), firing after {} ({}) (`for: 5m`, evaluation every 30s) |\n\
          | scaled back to 2 at {} | cleared after {} ({}) |\n",
         prometheus_version(),
         serde_json::to_string(&sm["spec"]["endpoints"][0]).unwrap_or_default(),
+        text_of(&sm["spec"]["endpoints"][0]["authorization"]["credentials"]["name"]),
+        text_of(&sm["spec"]["endpoints"][0]["authorization"]["credentials"]["key"]),
         targets,
         clock(scaled_at, Some(Duration::ZERO)),
         secs(pending),
@@ -418,6 +518,10 @@ pub async fn run(node: &Node, ns: &str, token: &str, p: &mut Problems) -> String
         secs(cleared),
         clock(restored_at, cleared),
     )
+}
+
+fn text_of(v: &Value) -> &str {
+    v.as_str().unwrap_or("?")
 }
 
 /// `at + d` as a UTC time of day, "never" without `d`.

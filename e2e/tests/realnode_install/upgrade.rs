@@ -17,30 +17,15 @@ use kube::{Api, ResourceExt};
 use super::audit::{Event, sa};
 use super::checks::{Problems, SELECTOR};
 use super::jobs;
+use super::monitoring;
 use super::node::{Node, run};
 
-/// A token that may read kcm-rs's /metrics (system:kcm-rs:metrics-reader is
-/// bound to monitoring/prometheus-k8s by the monitoring component).
-pub fn metrics_token(node: &Node) -> String {
-    let _ = node.try_kubectl(&["create", "namespace", "monitoring"]);
-    let _ = node.try_kubectl(&[
-        "-n",
-        "monitoring",
-        "create",
-        "serviceaccount",
-        "prometheus-k8s",
-    ]);
-    // Not echoed: a token.
-    let args = [
-        "-n",
-        "monitoring",
-        "create",
-        "token",
-        "prometheus-k8s",
-        "--duration=2h",
-    ];
-    let token = node.try_kubectl(&args).expect("kubectl create token");
-    token.trim().to_string()
+/// A token that may read kcm-rs's /metrics: the one the installed
+/// ServiceMonitor of `ns` scrapes with (the monitoring component's
+/// kcm-rs-metrics-scraper, bound to system:kcm-rs:metrics-reader).
+pub async fn metrics_token(node: &Node, ns: &str) -> String {
+    let sm = monitoring::service_monitor(node, ns);
+    monitoring::endpoint_token(&node.client().await, &sm, 0).await
 }
 
 /// `kcm_rs_build_info`'s git_commit as each running replica reports it on
