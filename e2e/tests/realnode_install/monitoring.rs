@@ -340,6 +340,27 @@ pub fn discover(client: kube::Client, sm: Value, file: PathBuf) {
     });
 }
 
+/// Waits (up to 90 s: three evaluation intervals) until every rule group
+/// has been evaluated after `t`.
+async fn evaluated_after(prom: &Prometheus, t: jiff::Timestamp) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while Instant::now() < deadline {
+        let rules = prom.api("rules", &[]).await.expect("rules");
+        let groups = rules["groups"].as_array().cloned().unwrap_or_default();
+        let after = |g: &Value| {
+            g["lastEvaluation"]
+                .as_str()
+                .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+                .is_some_and(|e| e > t)
+        };
+        if !groups.is_empty() && groups.iter().all(after) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    false
+}
+
 fn alert_state(alerts: &Value, name: &str) -> Option<String> {
     let list = alerts["alerts"].as_array()?;
     let a = list.iter().find(|a| a["labels"]["alertname"] == name)?;
@@ -394,6 +415,7 @@ pub async fn run(node: &Node, ns: &str, p: &mut Problems) -> String {
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
+    let up_at = jiff::Timestamp::now();
     p.check(
         targets.len() == 2 && targets.iter().all(|(h, _)| h == "up"),
         format!("Prometheus scrapes both replicas: {targets:?}"),
@@ -451,10 +473,15 @@ pub async fn run(node: &Node, ns: &str, p: &mut Problems) -> String {
         n_loaded == n_defined && n_loaded > 0,
         format!("alerting rules loaded: {n_loaded} of {n_defined}"),
     );
+    // The rules' first evaluation may precede the first scrape (then
+    // `absent(up == 1)` holds and KcmRsDown is pending): judge it by an
+    // evaluation of every group made after both targets were seen up.
+    let evaluated = evaluated_after(&prom, up_at).await;
     let before = prom.api("alerts", &[]).await.expect("alerts");
+    let state = alert_state(&before, "KcmRsDown");
     p.check(
-        alert_state(&before, "KcmRsDown").is_none(),
-        "KcmRsDown inactive while both replicas are up",
+        evaluated && state.is_none(),
+        format!("KcmRsDown inactive while both replicas are up (evaluated after they were up: {evaluated}; state {state:?})"),
     );
 
     // Scaled to zero: the targets go, KcmRsDown goes pending, then firing
