@@ -372,7 +372,7 @@ realnode-scenarios:
 	CARGO="$(CARGO)" e2e/realnode/scenarios/run.sh --versions "$(REALNODE_KEP_VERSIONS)" all
 
 ## realnode-install-test: kcm-rs installed in pods on the real node of
-## K8S_VERSION (root; e2e/tests/realnode_install.rs), one node session each:
+## K8S_VERSION (root; e2e/tests/realnode_install/), one node session each:
 ## `kubectl apply -k manifests/` replacing KCM's controllers then upgrade A -> B
 ## -> A while Jobs run; the Helm chart in kcm-system scraped by Prometheus
 ## (KcmRsDown fired and cleared); manifests/beside-kcm beside a complete KCM.

@@ -22,21 +22,13 @@
 //! per-controller identities as the only writers (audit log), and the example
 //! Jobs' exact ends.
 
-#[path = "manifests/support.rs"]
-#[allow(dead_code)]
-mod support;
+use kcm_e2e::manifests as support;
 
-#[path = "realnode_install/audit.rs"]
 mod audit;
-#[path = "realnode_install/checks.rs"]
 mod checks;
-#[path = "realnode_install/jobs.rs"]
 mod jobs;
-#[path = "realnode_install/monitoring.rs"]
 mod monitoring;
-#[path = "realnode_install/node.rs"]
 mod node;
-#[path = "realnode_install/upgrade.rs"]
 mod upgrade;
 
 use std::collections::BTreeMap;
