@@ -300,13 +300,16 @@ upstream-tests-job:
 ## on the real node (root), against KCM and against kcm-rs, one node session
 ## (the node's lock held) per minor, suite and implementation; on
 ## UPSTREAM_E2E_VERSIONS (default 1.34..1.37), UPSTREAM_E2E_SUITES (default
-## job disruption taint-eviction podgc); tables in target/upstream-e2e/report;
+## job disruption taint-eviction podgc); the job and disruption suites in
+## UPSTREAM_E2E_PROCS ginkgo processes (default 3, as upstream's CI; 1: serial);
+## tables in target/upstream-e2e/report;
 ## fails when a spec KCM passed did not pass for kcm-rs. Commits nothing.
 UPSTREAM_E2E_VERSIONS ?= 1.34 1.35 1.36 1.37
 UPSTREAM_E2E_SUITES ?= job disruption taint-eviction podgc
+UPSTREAM_E2E_PROCS ?= 3
 .PHONY: upstream-e2e
 upstream-e2e:
-	CARGO="$(CARGO)" e2e/upstream-e2e/run.sh all "$(UPSTREAM_E2E_VERSIONS)" "kcm kcm-rs" $(UPSTREAM_E2E_SUITES) || true
+	CARGO="$(CARGO)" PROCS="$(UPSTREAM_E2E_PROCS)" e2e/upstream-e2e/run.sh all "$(UPSTREAM_E2E_VERSIONS)" "kcm kcm-rs" $(UPSTREAM_E2E_SUITES) || true
 	e2e/upstream-e2e/run.sh report target/upstream-e2e/report $(UPSTREAM_E2E_VERSIONS)
 	@cat target/upstream-e2e/report/summary.md
 	@failed=""; for v in $(UPSTREAM_E2E_VERSIONS); do for s in $(UPSTREAM_E2E_SUITES); do \
