@@ -57,14 +57,7 @@ pub async fn replicas(
     lease: &str,
     p: &mut Problems,
 ) -> Replicas {
-    node.kubectl(&[
-        "-n",
-        ns,
-        "rollout",
-        "status",
-        "deployment/kcm-rs",
-        "--timeout=240s",
-    ]);
+    node.rollout_status(ns, "240s");
     // Past the liveness probe's first checks (initialDelaySeconds 10,
     // period 10): a failing /livez would have restarted the container.
     tokio::time::sleep(Duration::from_secs(25)).await;

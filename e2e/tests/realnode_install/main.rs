@@ -341,14 +341,7 @@ async fn manifests(node: &Node) {
         ),
     );
     let pdb = upgrade::pdb(&client, ns, &mut p).await;
-    node.kubectl(&[
-        "-n",
-        ns,
-        "rollout",
-        "status",
-        "deployment/kcm-rs",
-        "--timeout=240s",
-    ]);
+    node.rollout_status(ns, "240s");
     r.section("PodDisruptionBudget", &pdb);
     r.finish(p);
 }

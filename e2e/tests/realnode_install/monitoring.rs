@@ -515,14 +515,7 @@ pub async fn run(node: &Node, ns: &str, p: &mut Problems) -> String {
         cleared.is_some(),
         format!("KcmRsDown cleared after scaling back to 2: {cleared:.0?}"),
     );
-    node.kubectl(&[
-        "-n",
-        ns,
-        "rollout",
-        "status",
-        "deployment/kcm-rs",
-        "--timeout=240s",
-    ]);
+    node.rollout_status(ns, "240s");
     format!(
         "Prometheus {} (config `prometheus.json`: Service discovery through the API server, the ServiceMonitor's \
          endpoint: {}, its credentials read from Secret `{ns}/{}` key `{}` as the Operator reads them): targets {:?}; \

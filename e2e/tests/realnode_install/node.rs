@@ -138,6 +138,12 @@ impl Node {
         out
     }
 
+    /// Waits for the kcm-rs Deployment in `ns` to finish its rollout.
+    pub fn rollout_status(&self, ns: &str, timeout: &str) {
+        let timeout = format!("--timeout={timeout}");
+        self.kubectl(&["-n", ns, "rollout", "status", "deployment/kcm-rs", &timeout]);
+    }
+
     /// Imports image `which` (A or B) with the node's `ctr`, as a user of a
     /// containerd node without a registry would; returns its name and digest.
     pub fn import_image(&self, which: &str) -> (String, String) {

@@ -212,14 +212,7 @@ pub async fn roll(
 ) -> Rollout {
     let began = Instant::now();
     node.kubectl(args);
-    node.kubectl(&[
-        "-n",
-        ns,
-        "rollout",
-        "status",
-        "deployment/kcm-rs",
-        "--timeout=300s",
-    ]);
+    node.rollout_status(ns, "300s");
     let took = began.elapsed();
     // The replaced pods may still be terminating: the new ones only.
     tokio::time::sleep(Duration::from_secs(2)).await;
