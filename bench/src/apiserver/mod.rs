@@ -298,6 +298,17 @@ async fn stop(mgr: Manager) {
     tokio::time::sleep(Duration::from_secs(3)).await;
 }
 
+/// `imp` with W8's controllers and QPS (20/30), reaching the API server
+/// through `kubeconfig` (direct, or the fault proxy's).
+fn spawn_w8(
+    env: &Env,
+    c: &Cluster,
+    kubeconfig: &std::path::Path,
+    imp: Impl,
+) -> anyhow::Result<Manager> {
+    spawn_manager_via(env, &c.cp, kubeconfig, imp, &CONTROLLERS, 20, 30, &[])
+}
+
 /// One start-up of `imp` at `pods`, direct to the API server.
 async fn startup(env: &Env, c: &Cluster, imp: Impl, pods: usize) -> anyhow::Result<Phase> {
     let rss0 = c.rss();
@@ -306,16 +317,7 @@ async fn startup(env: &Env, c: &Cluster, imp: Impl, pods: usize) -> anyhow::Resu
     let go0 = c.go().await;
     let window = Duration::from_secs(10 + pods as u64 / 1000);
     let prof = profile(c, imp, "startup", pods, window.as_secs());
-    let mgr = spawn_manager_via(
-        env,
-        &c.cp,
-        c.cp.kubeconfig(),
-        imp,
-        &CONTROLLERS,
-        20,
-        30,
-        &[],
-    )?;
+    let mgr = spawn_w8(env, c, c.cp.kubeconfig(), imp)?;
     let s = settle(&mgr, c.port, window).await;
     if let Some(t) = prof {
         let _ = t.await;
@@ -346,16 +348,7 @@ async fn startup(env: &Env, c: &Cluster, imp: Impl, pods: usize) -> anyhow::Resu
 async fn storm(env: &Env, c: &Cluster, imp: Impl, pods: usize) -> anyhow::Result<Phase> {
     let proxy = FaultProxy::start(&c.cp, FaultSettings::none()).await?;
     let proxy_port = proxy.addr().port();
-    let mgr = spawn_manager_via(
-        env,
-        &c.cp,
-        proxy.kubeconfig(),
-        imp,
-        &CONTROLLERS,
-        20,
-        30,
-        &[],
-    )?;
+    let mgr = spawn_w8(env, c, proxy.kubeconfig(), imp)?;
     settle(&mgr, proxy_port, Duration::ZERO).await;
     let rss0 = c.rss();
     let writes0 = c.writes().await;
@@ -458,16 +451,7 @@ pub async fn run(
         ));
         for imp in Impl::BOTH {
             let writes0 = c.writes().await;
-            let mgr = spawn_manager_via(
-                env,
-                &c.cp,
-                c.cp.kubeconfig(),
-                imp,
-                &CONTROLLERS,
-                20,
-                30,
-                &[],
-            )?;
+            let mgr = spawn_w8(env, &c, c.cp.kubeconfig(), imp)?;
             settle_quiet(&mgr, port).await;
             stop(mgr).await;
             env.progress(format!(
