@@ -319,6 +319,11 @@ impl Drop for KcmRs {
 }
 
 impl KcmRs {
+    /// The last 30 lines of kcm-rs's log.
+    pub fn log_tail(&self) -> String {
+        tail(&self.log, 30)
+    }
+
     /// Panics with `what` and the end of kcm-rs's log unless `ok`.
     pub fn check(&self, ok: bool, what: impl std::fmt::Display) {
         if !ok {

@@ -6,7 +6,7 @@
 pub mod flood;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
@@ -37,25 +37,8 @@ pub fn kcm_rs_binary() -> PathBuf {
     profile_dir.join("kcm-rs")
 }
 
-/// kcm-rs, killed on drop.
-pub struct Kcm {
-    pub child: Child,
-    pub port: u16,
-    pub log: PathBuf,
-}
-
-impl Drop for Kcm {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Kcm {
-    pub fn log_tail(&self) -> String {
-        kcm_e2e::control_plane::tail(&self.log, 30)
-    }
-}
+/// kcm-rs, killed on drop (the e2e crate's handle).
+pub use kcm_e2e::manifests::KcmRs as Kcm;
 
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
