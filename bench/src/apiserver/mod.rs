@@ -381,8 +381,20 @@ async fn storm(env: &Env, c: &Cluster, imp: Impl, pods: usize) -> anyhow::Result
         let at = |t: SystemTime, from: SystemTime| {
             t.duration_since(from).map_or(0.0, |d| d.as_secs_f64())
         };
+        // Frames: about one per write the API server flushed.
+        let frames = if r.frames > 0 {
+            format!(
+                "; {} frames, {} bytes ({:.0} per frame); accept {}",
+                r.frames,
+                r.bytes,
+                r.bytes as f64 / r.frames as f64,
+                r.accept
+            )
+        } else {
+            String::new()
+        };
         env.progress(format!(
-            "W8 {} storm request +{:.2} s {} {} -> {:?}{}",
+            "W8 {} storm request +{:.2} s {} {} -> {:?}{}{frames}",
             imp.label(),
             at(r.start, cut_at),
             r.method,

@@ -81,6 +81,7 @@ mod tests {
             method: method.into(),
             path: path.into(),
             user_agent: String::new(),
+            accept: String::new(),
             watch,
             status: None,
             sent: None,
@@ -89,6 +90,8 @@ mod tests {
             completed: false,
             upstream_error: None,
             created: None,
+            frames: 0,
+            bytes: 0,
         }
     }
 

@@ -163,6 +163,15 @@ fn stream(
             },
             None => st.body.frame().await,
         };
+        if let Some(Ok(frame)) = &next
+            && let Some(data) = frame.data_ref()
+        {
+            let n = data.len() as u64;
+            st.guard.inner.update(st.guard.id, |r| {
+                r.frames += 1;
+                r.bytes += n;
+            });
+        }
         match next {
             None => {
                 st.guard.finish(true);
@@ -266,6 +275,12 @@ async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Response<Ou
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
+    let accept = parts
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
     let id = {
         let mut records = inner.records.lock();
         let id = records.len();
@@ -277,6 +292,7 @@ async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Response<Ou
             method: parts.method.to_string(),
             path: path.clone(),
             user_agent,
+            accept,
             watch,
             status: None,
             sent: None,
@@ -285,6 +301,8 @@ async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Response<Ou
             completed: false,
             upstream_error: None,
             created: None,
+            frames: 0,
+            bytes: 0,
         });
         id
     };

@@ -133,6 +133,8 @@ pub struct Record {
     /// Path and query.
     pub path: String,
     pub user_agent: String,
+    /// The request's `Accept` header (which encoding it asked for).
+    pub accept: String,
     pub watch: bool,
     /// The API server's status code (`None`: not forwarded, or no answer).
     pub status: Option<u16>,
@@ -145,6 +147,11 @@ pub struct Record {
     pub completed: bool,
     /// A transport error talking to the API server.
     pub upstream_error: Option<String>,
+    /// Of a streamed answer (a watch), the data frames read from the API
+    /// server so far (about one per write the server flushed) and their
+    /// bytes.
+    pub frames: u64,
+    pub bytes: u64,
     /// For a [`Fault::Delay`]ed create answered 201: the created object's
     /// name.
     pub created: Option<String>,
