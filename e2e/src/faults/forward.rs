@@ -269,18 +269,15 @@ async fn handle(inner: Arc<Inner>, req: Request<Incoming>) -> Result<Response<Ou
         .gone_once(&path)
         .or_else(|| inner.scripted(&parts.method, &path))
         .or_else(|| inner.planner.lock().decide(&parts.method, watch));
-    let user_agent = parts
-        .headers
-        .get(header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    let accept = parts
-        .headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
+    let header_of = |name| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    let (user_agent, accept) = (header_of(header::USER_AGENT), header_of(header::ACCEPT));
     let id = {
         let mut records = inner.records.lock();
         let id = records.len();
