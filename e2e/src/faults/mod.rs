@@ -44,7 +44,8 @@
 //! instead, which against a real server would never end.)
 //!
 //! Every request is recorded ([`Record`]: start, forwarded, end, method,
-//! path and query, user agent, real status, the status sent, the fault).
+//! path and query, user agent, `Accept`, real status, the status sent, the
+//! fault; of a stream, the frames and bytes read from the API server).
 //! [`FaultProxy::cut`] simulates a network cut: open connections (and the
 //! streams and requests on them) are dropped at once; while cut, new
 //! connections are accepted and held unread, and dropped when the cut
