@@ -97,6 +97,22 @@ fn rt() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// One install test: a node session named `test`, its report (`title`)
+/// and problems, the admin client; the report is written once `body` ends.
+fn install(
+    test: &str,
+    title: &str,
+    body: impl AsyncFnOnce(&Node, &mut Report, &mut Problems, kube::Client),
+) {
+    node::in_session(test, |node| {
+        rt().block_on(async {
+            let (mut r, mut p) = (Report::new(test, title, node), Problems::default());
+            body(node, &mut r, &mut p, node.client().await).await;
+            r.finish(p);
+        })
+    });
+}
+
 /// Runs the example Jobs (plus `extra`) to their ends; checks each against
 /// docs/real-node.md's (and `extra`'s expected end).
 async fn examples(
@@ -197,20 +213,15 @@ const FOUR: &[&str] = &[
 #[test]
 #[ignore = "needs root and the real node: make realnode-install-test"]
 fn manifests_replacing_kcm() {
-    node::in_session("manifests_replacing_kcm", |node| {
-        rt().block_on(manifests(node))
-    });
-}
-
-async fn manifests(node: &Node) {
-    let ns = "kube-system";
-    let mut p = Problems::default();
-    let mut r = Report::new(
+    install(
         "manifests_replacing_kcm",
         "`kubectl apply -k manifests/`, replacing KCM's four controllers",
-        node,
+        manifests,
     );
-    let client = node.client().await;
+}
+
+async fn manifests(node: &Node, r: &mut Report, p: &mut Problems, client: kube::Client) {
+    let ns = "kube-system";
     let kcm = node.kcm_args();
     p.check(
         kcm_runs_none_of_the_four(&kcm),
@@ -241,7 +252,7 @@ async fn manifests(node: &Node) {
         controllers: FOUR,
         kcm_jobs: None,
     };
-    let (_, seen) = verify(node, &client, &mut r, &mut p, &w, None, &[]).await;
+    let (_, seen) = verify(node, &client, r, p, &w, None, &[]).await;
 
     // Upgrade A -> B -> A by rolling update, Jobs streaming throughout.
     let token = upgrade::metrics_token(node, ns).await;
@@ -340,29 +351,23 @@ async fn manifests(node: &Node) {
             names.len(), upgrade::jobs_markdown(&stream_ends)
         ),
     );
-    let pdb = upgrade::pdb(&client, ns, &mut p).await;
+    let pdb = upgrade::pdb(&client, ns, p).await;
     node.rollout_status(ns, "240s");
     r.section("PodDisruptionBudget", &pdb);
-    r.finish(p);
 }
 
 #[test]
 #[ignore = "needs root and the real node: make realnode-install-test"]
 fn chart_in_another_namespace() {
-    node::in_session("chart_in_another_namespace", |node| {
-        rt().block_on(chart(node))
-    });
-}
-
-async fn chart(node: &Node) {
-    let ns = "kcm-system";
-    let mut p = Problems::default();
-    let mut r = Report::new(
+    install(
         "chart_in_another_namespace",
         "The Helm chart in `kcm-system`, monitored",
-        node,
+        chart,
     );
-    let client = node.client().await;
+}
+
+async fn chart(node: &Node, r: &mut Report, p: &mut Problems, client: kube::Client) {
+    let ns = "kcm-system";
     let (a, a_digest) = node.import_image("A");
     node.kubectl(&[
         "label",
@@ -396,27 +401,23 @@ async fn chart(node: &Node) {
         controllers: FOUR,
         kcm_jobs: None,
     };
-    verify(node, &client, &mut r, &mut p, &w, None, &[]).await;
-    let mon = monitoring::run(node, ns, &mut p).await;
+    verify(node, &client, r, p, &w, None, &[]).await;
+    let mon = monitoring::run(node, ns, p).await;
     r.section("Monitoring", &mon);
-    r.finish(p);
 }
 
 #[test]
 #[ignore = "needs root and the real node: make realnode-install-test"]
 fn beside_complete_kcm() {
-    node::in_session("beside_complete_kcm", |node| rt().block_on(beside(node)));
-}
-
-async fn beside(node: &Node) {
-    let ns = "kube-system";
-    let mut p = Problems::default();
-    let mut r = Report::new(
+    install(
         "beside_complete_kcm",
         "`kubectl apply -k manifests/beside-kcm` beside a complete KCM",
-        node,
+        beside,
     );
-    let client = node.client().await;
+}
+
+async fn beside(node: &Node, r: &mut Report, p: &mut Problems, client: kube::Client) {
+    let ns = "kube-system";
     let kcm = node.complete_kcm();
     p.check(
         kcm.contains("--controllers=*"),
@@ -459,7 +460,7 @@ async fn beside(node: &Node) {
         kcm_jobs: Some((&kcm_sa, &["sample-kcm"])),
     };
     let managed = Some("kcm-rs.dev/job-controller");
-    verify(node, &client, &mut r, &mut p, &w, managed, &extra).await;
+    verify(node, &client, r, p, &w, managed, &extra).await;
     let sas = node.kubectl(&["-n", ns, "get", "serviceaccounts", "-o", "name"]);
     let ours: Vec<&str> = sas.lines().filter(|l| l.contains("kcm-rs")).collect();
     p.check(
@@ -508,5 +509,4 @@ async fn beside(node: &Node) {
              by KCM's job-controller {created_kcm}; kcm-rs writes to sample-kcm or its pods: {foreign}.\n"
         ),
     );
-    r.finish(p);
 }
