@@ -9,13 +9,14 @@
 //! probe, tokens and their checks) with their retry bound; `registry.rs`
 //! the controllers by KCM name; `serve.rs` the `/healthz`, `/readyz` and
 //! `/metrics` routes; `logging.rs` text and klog-style JSON logs;
-//! `kubeconfig.rs` loading and in-cluster inference; `tools/` the
-//! `explain` and `lint` subcommands.
+//! `kubeconfig.rs` loading and in-cluster inference; `runtime.rs` the
+//! async runtime's threads; `tools/` the `explain` and `lint` subcommands.
 
 mod flags;
 mod kubeconfig;
 mod logging;
 mod registry;
+mod runtime;
 mod serve;
 mod startup;
 mod tools;
@@ -472,7 +473,12 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => return user_error(e),
     };
-    let runtime = match tokio::runtime::Runtime::new() {
+    let workers = match runtime::worker_threads(std::env::var(runtime::WORKERS_ENV).ok().as_deref())
+    {
+        Ok(n) => n,
+        Err(msg) => return user_error(msg),
+    };
+    let runtime = match runtime::build(workers) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: starting the async runtime: {e}");

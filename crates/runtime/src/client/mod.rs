@@ -19,9 +19,7 @@
 //!    [`Fence`] (refused once it has passed, cancelled when it passes).
 //! 5. [`AttemptMetrics`] counts every HTTP attempt in
 //!    `rest_client_requests_total{code,method,host}`.
-//! 6. A `tower::buffer::Buffer` making kube's boxed default stack (base URI,
-//!    auth, extra headers) cloneable for the layers above.
-//! 7. [`transport`]: the connection, shared by every client of the process
+//! 6. [`transport`]: the connection, shared by every client of the process
 //!    that talks to the same server with the same TLS identity: HTTP/2 by
 //!    ALPN (one multiplexed connection), HTTP/1.1 otherwise. (Through an
 //!    HTTP proxy: kube's own connector, HTTP/1.1.)
@@ -40,7 +38,7 @@ use std::sync::Arc;
 
 use http::{HeaderValue, Request, Uri};
 use kube::client::{Body, ClientBuilder};
-use tower::buffer::{Buffer, BufferLayer};
+use tower::buffer::BufferLayer;
 use tower::retry::{Retry, RetryLayer};
 use tower::{BoxError, Layer, Service, ServiceBuilder};
 
@@ -57,14 +55,14 @@ pub use self::retry::{
     INITIAL_BACKOFF, MAX_RETRIES, MAX_RETRY_AFTER, RetryPolicy, is_retryable_method, retry_delay,
 };
 
+/// Requests the buffer over kube's own stack (through an HTTP proxy) holds
+/// before callers wait (kube's `Client` buffer uses the same bound).
+const PROXY_BUFFER: usize = 1024;
+
 /// KCM's `--kube-api-qps` default.
 pub const DEFAULT_QPS: f32 = 20.0;
 /// KCM's `--kube-api-burst` default.
 pub const DEFAULT_BURST: u32 = 30;
-/// Requests the internal buffer holds before callers wait (kube's own
-/// `Client` buffer uses the same bound).
-const BUFFER_CAPACITY: usize = 1024;
-
 /// Per-controller client settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClientOptions {
@@ -157,8 +155,10 @@ fn build(
     // 429/503/504 up to 15 times, up to 1000 s apart. `stack` retries instead.
     config.default_retry = false;
     if config.proxy_url.is_some() {
-        // kube's connector speaks to proxies; ours does not.
-        let builder = ClientBuilder::try_from(config)?;
+        // kube's connector speaks to proxies; ours does not. Its stack is
+        // boxed, not cloneable: a buffer makes it so for the retry layer.
+        let builder = ClientBuilder::try_from(config)?
+            .with_layer(&BufferLayer::<Request<Body>>::new(PROXY_BUFFER));
         return Ok(with_stack(builder, &stack, token));
     }
     let service = transport::service(&config, &host, transport::http2_from_env())?;
@@ -173,7 +173,7 @@ fn with_stack<S, B>(
     token: Option<identity::TokenSource>,
 ) -> kube::Client
 where
-    S: Service<Request<Body>, Response = http::Response<B>> + Send + 'static,
+    S: Service<Request<Body>, Response = http::Response<B>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError> + Send + Sync,
     B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
@@ -257,18 +257,15 @@ impl ClientStack {
 }
 
 /// The service [`ClientStack`] produces over `S`.
-pub type ClientStackService<S> = Instrument<
-    Retry<
-        RetryPolicy,
-        ClientRateLimit<
-            Deadline<AttemptMetrics<Buffer<Request<Body>, <S as Service<Request<Body>>>::Future>>>,
-        >,
-    >,
->;
+pub type ClientStackService<S> =
+    Instrument<Retry<RetryPolicy, ClientRateLimit<Deadline<AttemptMetrics<S>>>>>;
 
+// `S` is cloned per attempt (the retry layer needs its own); no
+// `tower::buffer` in between, whose worker task would add two wake-ups to
+// every request (kube's `Client` already has one buffer, outermost).
 impl<S> Layer<S> for ClientStack
 where
-    S: Service<Request<Body>> + Send + 'static,
+    S: Service<Request<Body>> + Clone + Send + 'static,
     S::Future: Send,
     S::Error: Into<BoxError> + Send + Sync,
 {
@@ -287,7 +284,6 @@ where
             ))
             .layer(self.deadline.clone())
             .layer(AttemptMetricsLayer::new(self.host.clone()))
-            .layer(BufferLayer::new(BUFFER_CAPACITY))
             .service(inner)
     }
 }

@@ -201,8 +201,8 @@ impl<S> Layer<S> for ClientRateLimitLayer {
 }
 
 /// Service produced by [`ClientRateLimitLayer`]. The inner service must be cheap
-/// to clone (a `Buffer`): each call takes its own clone so that waiting for
-/// a token holds no slot of the inner service.
+/// to clone (the transport's boxed stack): each call takes its own clone so
+/// that waiting for a token holds no slot of the inner service.
 #[derive(Clone, Debug)]
 pub struct ClientRateLimit<S> {
     inner: S,

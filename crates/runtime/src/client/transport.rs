@@ -42,7 +42,7 @@ use kube::client::{Body, ConfigExt};
 use parking_lot::Mutex;
 use pin_project_lite::pin_project;
 use prometheus::{IntGaugeVec, Opts};
-use tower::util::BoxService;
+use tower::util::BoxCloneService;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
 /// Go's HTTP/2 transport's initial stream window.
@@ -63,14 +63,14 @@ pub fn service(
     config: &kube::Config,
     host: &str,
     http2: bool,
-) -> Result<BoxService<Request<Body>, Response<Incoming>, BoxError>, kube::Error> {
+) -> Result<BoxCloneService<Request<Body>, Response<Incoming>, BoxError>, kube::Error> {
     let pool = shared_pool(config, host, http2)?;
     let svc = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .service(pool.map_err(BoxError::from));
-    Ok(BoxService::new(svc.map_err(Into::into)))
+    Ok(BoxCloneService::new(svc.map_err(Into::into)))
 }
 
 /// Whether HTTP/2 is offered: unless `KCM_RS_HTTP2=false` (a benchmark
