@@ -223,7 +223,8 @@ where
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // Readiness of the inner service is awaited in the call future, after
-        // the token: a throttled request must not hold a buffer slot.
+        // the token: a throttled request must not stall kube's buffer above
+        // (its one worker serves every request of the client, watches too).
         Poll::Ready(Ok(()))
     }
 
