@@ -21,11 +21,13 @@
 //!    `rest_client_requests_total{code,method,host}`.
 //! 6. [`transport`]: the connection, shared by every client of the process
 //!    that talks to the same server with the same TLS identity: HTTP/2 by
-//!    ALPN (one multiplexed connection), HTTP/1.1 otherwise. (Through an
+//!    ALPN (one multiplexed connection, on `h2` directly: `h2conn.rs`),
+//!    HTTP/1.1 otherwise. (Through an
 //!    HTTP proxy: kube's own connector, HTTP/1.1, behind a `tower` buffer
 //!    that makes its boxed stack cloneable.)
 
 mod deadline;
+mod h2conn;
 pub mod identity;
 pub mod lean;
 mod metrics;

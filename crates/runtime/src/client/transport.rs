@@ -8,15 +8,19 @@
 //!
 //! kube 5's client speaks HTTP/1.1 only; `kube::Client::new` takes any
 //! service, so this builds kube's default stack (base URI, auth, extra
-//! headers) over a hyper client with HTTP/2 enabled. Settings, after Go's
+//! headers) over [`Transport`]: HTTP/2 on the `h2` crate directly
+//! (`h2conn.rs`: hyper's HTTP/2 client writes a request's body apart from
+//! its headers), HTTP/1.1 through hyper's pool. Settings, after Go's
 //! HTTP/2 transport as client-go configures it:
 //! - flow control: 4 MiB per stream (Go's `transportDefaultStreamFlow`),
 //!   so a large list or a busy watch is not paced by 64 KiB windows; 32 MiB
 //!   per connection (Go: 1 GiB), bounding what the server can make us
 //!   buffer for streams we read slowly;
-//! - keep-alive: a PING after 30 s without frames, the connection dropped
-//!   15 s later without an answer (client-go's `ReadIdleTimeout` and
-//!   `PingTimeout`), so a dead connection does not hold every watch;
+//! - keep-alive: a PING every 30 s, the connection dropped 15 s later
+//!   without an answer (client-go's `ReadIdleTimeout` and `PingTimeout`;
+//!   client-go pings only after 30 s without frames; two PINGs a minute are
+//!   not worth tracking reads for), so a dead connection does not hold
+//!   every watch;
 //! - the API server allows 100 concurrent streams per connection
 //!   (`--http2-max-streams-per-connection` 0 → 100); requests past that
 //!   wait for a stream (h2 queues them), they do not open connections.
@@ -34,7 +38,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response};
-use hyper::body::Incoming;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -44,6 +47,8 @@ use pin_project_lite::pin_project;
 use prometheus::{IntGaugeVec, Opts};
 use tower::util::BoxCloneService;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
+
+use super::h2conn::{self, H2Conn, Settings, TransportBody};
 
 /// Go's HTTP/2 transport's initial stream window.
 pub const STREAM_WINDOW: u32 = 4 << 20;
@@ -55,6 +60,55 @@ const PING_TIMEOUT: Duration = Duration::from_secs(15);
 type Https = Counting<hyper_rustls::HttpsConnector<HttpConnector>>;
 type Pool = HyperClient<Https, Body>;
 
+/// HTTP/2 on one [`H2Conn`] where the server takes it, else (or with
+/// HTTP/2 off) HTTP/1.1 through hyper's pool.
+#[derive(Clone)]
+pub struct Transport {
+    h2: Option<Arc<H2Conn<Https>>>,
+    h1: Pool,
+}
+
+impl Service<Request<Body>> for Transport {
+    type Response = Response<TransportBody>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // Both paths wait inside the call: for a stream slot, for a pooled
+        // connection.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let h2 = self.h2.clone();
+        let h1 = self.h1.clone();
+        Box::pin(async move {
+            if let Some(h2) = h2 {
+                // A connection found closed before the request went out is
+                // replaced once; the request was not sent on it.
+                let mut retried = false;
+                while let Some((sender, closed)) = h2.sender(req.uri()).await? {
+                    match sender.ready().await {
+                        Ok(ready) => {
+                            let resp = h2conn::send(ready, req).await?;
+                            return Ok(resp.map(TransportBody::Http2));
+                        }
+                        Err(e) => {
+                            closed.store(true, std::sync::atomic::Ordering::Release);
+                            if retried {
+                                return Err(e.into());
+                            }
+                            retried = true;
+                        }
+                    }
+                }
+            }
+            let resp = h1.request(req).await?;
+            Ok(resp.map(TransportBody::Http1))
+        })
+    }
+}
+
 /// The service every client of `config` sends through: kube's default
 /// layers over the process's shared pool for `config`'s server and TLS
 /// identity. `http2: false` offers HTTP/1.1 only (a fresh pool: the
@@ -63,13 +117,13 @@ pub fn service(
     config: &kube::Config,
     host: &str,
     http2: bool,
-) -> Result<BoxCloneService<Request<Body>, Response<Incoming>, BoxError>, kube::Error> {
-    let pool = shared_pool(config, host, http2)?;
+) -> Result<BoxCloneService<Request<Body>, Response<TransportBody>, BoxError>, kube::Error> {
+    let pool = shared_transport(config, host, http2)?;
     let svc = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
-        .service(pool.map_err(BoxError::from));
+        .service(pool);
     Ok(BoxCloneService::new(svc.map_err(Into::into)))
 }
 
@@ -79,10 +133,14 @@ pub fn http2_from_env() -> bool {
     !std::env::var("KCM_RS_HTTP2").is_ok_and(|v| v == "false" || v == "0")
 }
 
-/// One pool per runtime (its connections' tasks live there), server and
-/// TLS identity.
-fn shared_pool(config: &kube::Config, host: &str, http2: bool) -> Result<Pool, kube::Error> {
-    static POOLS: OnceLock<Mutex<HashMap<(tokio::runtime::Id, u64), Pool>>> = OnceLock::new();
+/// One transport per runtime (its connections' tasks live there), server
+/// and TLS identity.
+fn shared_transport(
+    config: &kube::Config,
+    host: &str,
+    http2: bool,
+) -> Result<Transport, kube::Error> {
+    static POOLS: OnceLock<Mutex<HashMap<(tokio::runtime::Id, u64), Transport>>> = OnceLock::new();
     let key = (
         tokio::runtime::Handle::current().id(),
         tls_key(config, http2),
@@ -91,9 +149,27 @@ fn shared_pool(config: &kube::Config, host: &str, http2: bool) -> Result<Pool, k
     if let Some(p) = pools.get(&key) {
         return Ok(p.clone());
     }
-    let pool = new_pool(config, host, http2)?;
-    pools.insert(key, pool.clone());
-    Ok(pool)
+    let h1 = HyperClient::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .build(connector(config, host, false)?);
+    let h2 = http2
+        .then(|| connector(config, host, true))
+        .transpose()?
+        .map(|c| {
+            Arc::new(H2Conn::new(
+                c,
+                Settings {
+                    stream_window: STREAM_WINDOW,
+                    connection_window: CONNECTION_WINDOW,
+                    ping_after: PING_AFTER,
+                    ping_timeout: PING_TIMEOUT,
+                },
+            ))
+        });
+    let transport = Transport { h2, h1 };
+    pools.insert(key, transport.clone());
+    Ok(transport)
 }
 
 /// What tells two configs' connections apart: the server, what the TLS
@@ -123,7 +199,9 @@ fn tls_key(config: &kube::Config, http2: bool) -> u64 {
     h.finish()
 }
 
-fn new_pool(config: &kube::Config, host: &str, http2: bool) -> Result<Pool, kube::Error> {
+/// A connector offering `h2` and `http/1.1` by ALPN (`http2`), or
+/// `http/1.1` only; plain TCP for `http://`.
+fn connector(config: &kube::Config, host: &str, http2: bool) -> Result<Https, kube::Error> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
@@ -146,18 +224,10 @@ fn new_pool(config: &kube::Config, host: &str, http2: bool) -> Result<Pool, kube
     } else {
         builder.enable_http1().wrap_connector(http)
     };
-    let mut b = HyperClient::builder(TokioExecutor::new());
-    b.timer(TokioTimer::new())
-        .pool_timer(TokioTimer::new())
-        .http2_initial_stream_window_size(STREAM_WINDOW)
-        .http2_initial_connection_window_size(CONNECTION_WINDOW)
-        .http2_keep_alive_interval(PING_AFTER)
-        .http2_keep_alive_timeout(PING_TIMEOUT)
-        .http2_keep_alive_while_idle(true);
-    Ok(b.build(Counting {
+    Ok(Counting {
         inner: https,
         host: host.into(),
-    }))
+    })
 }
 
 /// `rest_client_connections{host,protocol}`, registered on first use.
