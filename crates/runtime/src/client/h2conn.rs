@@ -40,7 +40,9 @@ pub(super) type Sender = (SendRequest<Bytes>, Arc<AtomicBool>);
 /// What a connect found the server to speak.
 pub(super) enum Connected {
     H2(SendRequest<Bytes>, Arc<AtomicBool>),
-    Http1,
+    /// Since when: the verdict is asked again after [`Settings::reprobe`]
+    /// (a load balancer in front of the API server may change its mind).
+    Http1(tokio::time::Instant),
 }
 
 /// HTTP/2 settings (the transport's module note says why these values).
@@ -50,6 +52,10 @@ pub(super) struct Settings {
     pub connection_window: u32,
     pub ping_after: Duration,
     pub ping_timeout: Duration,
+    /// Bound on a whole connect: TCP, TLS and the HTTP/2 preface.
+    pub connect_timeout: Duration,
+    /// How long an HTTP/1.1-only verdict holds.
+    pub reprobe: Duration,
 }
 
 /// One HTTP/2 connection, made by `connector` on demand.
@@ -87,10 +93,22 @@ where
         if let Some(s) = self.current() {
             return Ok(s);
         }
-        let connected = self.connect(&mut connector, uri).await?;
+        // Bounded: a server that takes the TCP connection and never
+        // finishes the TLS handshake must not hold every request here.
+        let connected = tokio::time::timeout(
+            self.settings.connect_timeout,
+            self.connect(&mut connector, uri),
+        )
+        .await
+        .map_err(|_| {
+            format!(
+                "connecting to {uri}: no connection within {:?}",
+                self.settings.connect_timeout
+            )
+        })??;
         let sender = match &connected {
             Connected::H2(s, closed) => Some((s.clone(), Arc::clone(closed))),
-            Connected::Http1 => None,
+            Connected::Http1(_) => None,
         };
         *self.state.lock() = Some(connected);
         Ok(sender)
@@ -101,7 +119,7 @@ where
             Some(Connected::H2(s, closed)) if !closed.load(Ordering::Acquire) => {
                 Some(Some((s.clone(), Arc::clone(closed))))
             }
-            Some(Connected::Http1) => Some(None),
+            Some(Connected::Http1(since)) if since.elapsed() < self.settings.reprobe => Some(None),
             _ => None,
         }
     }
@@ -112,7 +130,7 @@ where
             .map_err(Into::into)?;
         let io = connector.call(uri.clone()).await.map_err(Into::into)?;
         if !io.connected().is_negotiated_h2() {
-            return Ok(Connected::Http1);
+            return Ok(Connected::Http1(tokio::time::Instant::now()));
         }
         let s = self.settings;
         let (sender, conn) = h2::client::Builder::new()
@@ -120,6 +138,10 @@ where
             .initial_window_size(s.stream_window)
             .initial_connection_window_size(s.connection_window)
             .max_header_list_size(MAX_HEADER_LIST)
+            // Until the server's SETTINGS say otherwise (kube-apiserver: 100),
+            // as hyper: requests queued behind a reconnect must not open more
+            // streams than the server takes, or it refuses them.
+            .initial_max_send_streams(INITIAL_MAX_STREAMS)
             .handshake::<_, Bytes>(TokioIo::new(io))
             .await?;
         let closed = Arc::new(AtomicBool::new(false));
@@ -130,6 +152,8 @@ where
 
 /// Response headers we accept (hyper's client default).
 const MAX_HEADER_LIST: u32 = 16 << 10;
+/// Streams opened before the server's SETTINGS arrive.
+const INITIAL_MAX_STREAMS: usize = 100;
 
 /// Runs the connection until it closes or stops answering PINGs, then
 /// marks it closed so the next request connects anew.
@@ -172,8 +196,11 @@ const CONNECTION_HEADERS: [header::HeaderName; 4] = [
 
 /// Sends `req` on a connection ready for a new stream: HEADERS and the
 /// whole body queued together, so they leave in one write.
+/// A refusal for the connection's sake (it went away or failed) marks it
+/// `closed`, so the next request connects anew.
 pub(super) async fn send(
     mut sender: SendRequest<Bytes>,
+    closed: &AtomicBool,
     req: Request<Body>,
 ) -> Result<Response<H2Body>, BoxError> {
     let (mut parts, body) = req.into_parts();
@@ -193,7 +220,14 @@ pub(super) async fn send(
     }
     parts.version = Version::HTTP_2;
     let end = data.is_empty();
-    let (response, mut stream) = sender.send_request(Request::from_parts(parts, ()), end)?;
+    let (response, mut stream) = sender
+        .send_request(Request::from_parts(parts, ()), end)
+        .inspect_err(|e| {
+            // The driver may not have seen the GOAWAY or the failure yet.
+            if e.is_go_away() || e.is_io() {
+                closed.store(true, Ordering::Release);
+            }
+        })?;
     if !end {
         stream.send_data(data, true)?;
     }

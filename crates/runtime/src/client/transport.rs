@@ -56,6 +56,13 @@ pub const STREAM_WINDOW: u32 = 4 << 20;
 pub const CONNECTION_WINDOW: u32 = 32 << 20;
 const PING_AFTER: Duration = Duration::from_secs(30);
 const PING_TIMEOUT: Duration = Duration::from_secs(15);
+/// client-go's dial timeout (without a `connect_timeout` in the config).
+const DIAL_TIMEOUT: Duration = Duration::from_secs(30);
+/// client-go's `TLSHandshakeTimeout`.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a server that did not offer `h2` is taken to speak HTTP/1.1
+/// only before the next connect offers `h2` again.
+const HTTP1_REPROBE: Duration = Duration::from_secs(600);
 
 type Https = Counting<hyper_rustls::HttpsConnector<HttpConnector>>;
 type Pool = HyperClient<Https, Body>;
@@ -90,7 +97,7 @@ impl Service<Request<Body>> for Transport {
                 while let Some((sender, closed)) = h2.sender(req.uri()).await? {
                     match sender.ready().await {
                         Ok(ready) => {
-                            let resp = h2conn::send(ready, req).await?;
+                            let resp = h2conn::send(ready, &closed, req).await?;
                             return Ok(resp.map(TransportBody::Http2));
                         }
                         Err(e) => {
@@ -164,6 +171,9 @@ fn shared_transport(
                     connection_window: CONNECTION_WINDOW,
                     ping_after: PING_AFTER,
                     ping_timeout: PING_TIMEOUT,
+                    connect_timeout: config.connect_timeout.unwrap_or(DIAL_TIMEOUT)
+                        + TLS_HANDSHAKE_TIMEOUT,
+                    reprobe: HTTP1_REPROBE,
                 },
             ))
         });

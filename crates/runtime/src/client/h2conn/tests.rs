@@ -1,6 +1,7 @@
 //! [`H2Conn`] against an h2 server over in-memory pipes: what leaves per
 //! request, reconnection, and the HTTP/1.1 verdict.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -74,6 +75,8 @@ struct Connector {
     h2: bool,
     /// Requests each connection serves before it says GOAWAY.
     close_after: Option<usize>,
+    /// Connects never finish (a server that never completes TLS).
+    hang: bool,
 }
 
 impl Connector {
@@ -83,6 +86,7 @@ impl Connector {
             writes: Arc::default(),
             h2,
             close_after,
+            hang: false,
         }
     }
 }
@@ -90,7 +94,7 @@ impl Connector {
 impl Service<http::Uri> for Connector {
     type Response = Pipe;
     type Error = std::io::Error;
-    type Future = std::future::Ready<Result<Pipe, std::io::Error>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Pipe, std::io::Error>> + Send>>;
 
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
@@ -98,15 +102,18 @@ impl Service<http::Uri> for Connector {
 
     fn call(&mut self, _: http::Uri) -> Self::Future {
         self.connects.fetch_add(1, Ordering::SeqCst);
+        if self.hang {
+            return Box::pin(std::future::pending());
+        }
         let (client, server) = tokio::io::duplex(1 << 20);
         if self.h2 {
             tokio::spawn(serve(server, self.close_after));
         }
-        std::future::ready(Ok(Pipe {
+        Box::pin(std::future::ready(Ok(Pipe {
             io: TokioIo::new(client),
             writes: Arc::clone(&self.writes),
             h2: self.h2,
-        }))
+        })))
     }
 }
 
@@ -146,6 +153,8 @@ fn settings() -> Settings {
         connection_window: 32 << 20,
         ping_after: Duration::from_secs(30),
         ping_timeout: Duration::from_secs(15),
+        connect_timeout: Duration::from_secs(10),
+        reprobe: Duration::from_secs(600),
     }
 }
 
@@ -156,13 +165,13 @@ fn uri() -> http::Uri {
 }
 
 async fn request(conn: &H2Conn<Connector>, body: &'static [u8]) -> String {
-    let (sender, _) = conn.sender(&uri()).await.expect("connect").expect("h2");
+    let (sender, closed) = conn.sender(&uri()).await.expect("connect").expect("h2");
     let ready = sender.ready().await.expect("ready");
     let req = Request::post(uri())
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from(body.to_vec()))
         .expect("request");
-    let resp = send(ready, req).await.expect("response");
+    let resp = send(ready, &closed, req).await.expect("response");
     let bytes = resp.into_body().collect().await.expect("body").to_bytes();
     String::from_utf8(bytes.to_vec()).expect("utf-8")
 }
@@ -226,4 +235,27 @@ async fn a_server_without_h2_is_remembered_as_http1() {
     assert!(conn.sender(&uri()).await.expect("connect").is_none());
     assert!(conn.sender(&uri()).await.expect("again").is_none());
     assert_eq!(connects.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_http1_verdict_is_asked_again_later() {
+    let connector = Connector::new(false, None);
+    let connects = Arc::clone(&connector.connects);
+    let conn = H2Conn::new(connector, settings());
+    assert!(conn.sender(&uri()).await.expect("connect").is_none());
+    tokio::time::advance(settings().reprobe).await;
+    assert!(conn.sender(&uri()).await.expect("again").is_none());
+    assert_eq!(connects.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_connect_that_never_finishes_gives_up_and_lets_the_next_try() {
+    let mut connector = Connector::new(true, None);
+    connector.hang = true;
+    let connects = Arc::clone(&connector.connects);
+    let conn = H2Conn::new(connector, settings());
+    let err = conn.sender(&uri()).await.expect_err("no connection");
+    assert!(err.to_string().contains("no connection within"), "{err}");
+    assert!(conn.sender(&uri()).await.is_err());
+    assert_eq!(connects.load(Ordering::SeqCst), 2);
 }
