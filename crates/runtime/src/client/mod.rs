@@ -22,9 +22,9 @@
 //! 6. [`transport`]: the connection, shared by every client of the process
 //!    that talks to the same server with the same TLS identity: HTTP/2 by
 //!    ALPN (one multiplexed connection, on `h2` directly: `h2conn.rs`),
-//!    HTTP/1.1 otherwise. (Through an
-//!    HTTP proxy: kube's own connector, HTTP/1.1, behind a `tower` buffer
-//!    that makes its boxed stack cloneable.)
+//!    HTTP/1.1 otherwise. (Through an HTTP proxy: kube's own connector,
+//!    HTTP/1.1, behind a `tower` buffer that makes its boxed stack
+//!    cloneable.)
 
 mod deadline;
 mod h2conn;
@@ -263,10 +263,10 @@ impl ClientStack {
 pub type ClientStackService<S> =
     Instrument<Retry<RetryPolicy, ClientRateLimit<Deadline<AttemptMetrics<S>>>>>;
 
-// `S` is cloned per request and per attempt (retry and rate limit take their
-// own); no
-// `tower::buffer` in between, whose worker task would add two wake-ups to
-// every request (kube's `Client` already has one buffer, outermost).
+// `S` is cloned per request and per attempt (retry and rate limit take
+// their own); no `tower::buffer` in between, whose worker task would add
+// two wake-ups to every request (kube's `Client` already has one buffer,
+// outermost).
 impl<S> Layer<S> for ClientStack
 where
     S: Service<Request<Body>> + Clone + Send + 'static,

@@ -93,20 +93,17 @@ impl Service<Request<Body>> for Transport {
             if let Some(h2) = h2 {
                 // A connection found closed before the request went out is
                 // replaced once; the request was not sent on it.
-                let mut retried = false;
-                while let Some((sender, closed)) = h2.sender(req.uri()).await? {
+                for attempt in 0..2 {
+                    let Some((sender, closed)) = h2.sender(req.uri()).await? else {
+                        break;
+                    };
                     match sender.ready().await {
                         Ok(ready) => {
                             let resp = h2conn::send(ready, &closed, req).await?;
                             return Ok(resp.map(TransportBody::Http2));
                         }
-                        Err(e) => {
-                            closed.store(true, std::sync::atomic::Ordering::Release);
-                            if retried {
-                                return Err(e.into());
-                            }
-                            retried = true;
-                        }
+                        Err(e) if attempt == 1 => return Err(e.into()),
+                        Err(_) => closed.store(true, std::sync::atomic::Ordering::Release),
                     }
                 }
             }
