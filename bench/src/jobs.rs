@@ -20,7 +20,7 @@ use super::common::{
 use kcm_e2e::{ControlPlane, TestNamespace};
 
 /// What one run of a Jobs workload measured.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct JobsRun {
     pub wall_s: f64,
     pub pods_created: f64,
@@ -87,7 +87,14 @@ pub async fn run(
     burst: u32,
     timeout: Duration,
 ) -> anyhow::Result<JobsRun> {
-    let cp = ControlPlane::start().context("control plane")?;
+    // `KCM_BENCH_PPROF` (W8's profiles) also serves the API server's
+    // `/debug/pprof` here (off in the harness), to profile a run by hand.
+    let cp = if std::env::var_os("KCM_BENCH_PPROF").is_some() {
+        ControlPlane::start_version_with_args(&kcm_e2e::binaries::k8s_version(), "--profiling=true")
+    } else {
+        ControlPlane::start()
+    }
+    .context("control plane")?;
     let client = cp.client().await?;
     let ns = TestNamespace::create(&client, "bench").await?;
     let sim = spawn_sim(env, &cp, 20)?;

@@ -18,4 +18,5 @@ pub mod latency;
 pub mod memory;
 pub mod report;
 pub mod results;
+pub mod rounds;
 pub mod scaling;

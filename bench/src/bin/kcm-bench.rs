@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::Parser;
 use kcm_bench::common::{Env, Impl, Requests, ServerCost, quantile, sibling_binary};
 use kcm_bench::results::{Metric, Results, Workload};
-use kcm_bench::{apiserver, eviction, fair, jobs, latency, memory, report, scaling};
+use kcm_bench::{apiserver, eviction, fair, jobs, latency, memory, report, rounds, scaling};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -60,6 +60,11 @@ struct Flags {
     /// round; rows report medians).
     #[arg(long, default_value_t = 3)]
     w8_repeat: usize,
+    /// Rounds of W1 (each QPS setting) and W2: KCM and kcm-rs once each
+    /// per round, the order alternating; rows report each side's medians
+    /// and the notes every round.
+    #[arg(long, default_value_t = 1)]
+    jobs_repeat: usize,
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
     #[arg(long, default_value = "target/release/kcm-rs")]
@@ -224,57 +229,69 @@ async fn main() -> anyhow::Result<()> {
                 .split_once('/')
                 .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
                 .with_context(|| format!("--w1-qps {q:?}: expected QPS/BURST"))?;
-            let mut r = Vec::new();
-            for imp in Impl::BOTH {
-                env.progress(format!("W1 qps {q} {}: {n} Jobs x 10 pods", imp.label()));
-                r.push(
-                    jobs::run(
-                        &env,
-                        imp,
-                        &format!("W1 qps {q}"),
-                        jobs::w1_jobs(n)?,
-                        qps,
-                        burst,
-                        Duration::from_secs(3600),
-                    )
-                    .await?,
-                );
-            }
-            results.workloads.push(jobs_workload(
-                &format!("W1 qps {q}"),
-                format!("{n} Jobs of 10 pods (parallelism 10), pods run 1-3 s, 30 % fail (FailJob exit code / Ignore by DisruptionTarget / Count exit code), --kube-api-qps/burst {q}"),
-                &r[0],
-                &r[1],
-            ));
+            let what = format!("W1 qps {q}");
+            let w1 = jobs::w1_jobs(n)?;
+            let r = rounds::rounds(flags.jobs_repeat, |imp, i| {
+                env.progress(format!(
+                    "{what} {} (round {}): {n} Jobs x 10 pods",
+                    imp.label(),
+                    i + 1
+                ));
+                jobs::run(
+                    &env,
+                    imp,
+                    &what,
+                    w1.clone(),
+                    qps,
+                    burst,
+                    Duration::from_secs(3600),
+                )
+            })
+            .await?;
+            let (up, us) = r.medians();
+            let mut w = jobs_workload(
+                &what,
+                format!(
+                    "{n} Jobs of 10 pods (parallelism 10), pods run 1-3 s, 30 % fail (FailJob exit code / Ignore by DisruptionTarget / Count exit code), --kube-api-qps/burst {q}"
+                ),
+                &up,
+                &us,
+            );
+            w.notes.extend(r.note());
+            results.workloads.push(w);
         }
     }
     if run("w2") {
         let (c, p) = (scaled(10_000, s) as i32, scaled(500, s) as i32);
-        let mut r = Vec::new();
-        for imp in Impl::BOTH {
+        let w2 = jobs::w2_job(c, p)?;
+        let r = rounds::rounds(flags.jobs_repeat, |imp, i| {
             env.progress(format!(
-                "W2 {}: Indexed Job of {c} completions, parallelism {p}",
-                imp.label()
+                "W2 {} (round {}): Indexed Job of {c} completions, parallelism {p}",
+                imp.label(),
+                i + 1
             ));
-            r.push(
-                jobs::run(
-                    &env,
-                    imp,
-                    "W2",
-                    jobs::w2_job(c, p)?,
-                    20,
-                    30,
-                    Duration::from_secs(5400),
-                )
-                .await?,
-            );
-        }
-        results.workloads.push(jobs_workload(
+            jobs::run(
+                &env,
+                imp,
+                "W2",
+                w2.clone(),
+                20,
+                30,
+                Duration::from_secs(5400),
+            )
+        })
+        .await?;
+        let (up, us) = r.medians();
+        let mut w = jobs_workload(
             "W2",
-            format!("one Indexed Job, {c} completions, parallelism {p}, backoffLimitPerIndex 1, 2 % of indexes fail every attempt, pods run 1-3 s, QPS 20/30"),
-            &r[0],
-            &r[1],
-        ));
+            format!(
+                "one Indexed Job, {c} completions, parallelism {p}, backoffLimitPerIndex 1, 2 % of indexes fail every attempt, pods run 1-3 s, QPS 20/30"
+            ),
+            &up,
+            &us,
+        );
+        w.notes.extend(r.note());
+        results.workloads.push(w);
     }
     if run("w3") {
         let mut r = Vec::new();
