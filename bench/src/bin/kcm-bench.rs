@@ -187,6 +187,14 @@ fn jobs_workload(
     }
 }
 
+/// [`jobs_workload`] of each side's medians, every round in the notes.
+fn rounds_workload(id: &str, description: String, r: &rounds::Rounds) -> Workload {
+    let (up, us) = r.medians();
+    let mut w = jobs_workload(id, description, &up, &us);
+    w.notes.extend(r.note());
+    w
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let flags = Flags::parse();
@@ -248,17 +256,13 @@ async fn main() -> anyhow::Result<()> {
                 )
             })
             .await?;
-            let (up, us) = r.medians();
-            let mut w = jobs_workload(
+            results.workloads.push(rounds_workload(
                 &what,
                 format!(
                     "{n} Jobs of 10 pods (parallelism 10), pods run 1-3 s, 30 % fail (FailJob exit code / Ignore by DisruptionTarget / Count exit code), --kube-api-qps/burst {q}"
                 ),
-                &up,
-                &us,
-            );
-            w.notes.extend(r.note());
-            results.workloads.push(w);
+                &r,
+            ));
         }
     }
     if run("w2") {
@@ -281,17 +285,13 @@ async fn main() -> anyhow::Result<()> {
             )
         })
         .await?;
-        let (up, us) = r.medians();
-        let mut w = jobs_workload(
+        results.workloads.push(rounds_workload(
             "W2",
             format!(
                 "one Indexed Job, {c} completions, parallelism {p}, backoffLimitPerIndex 1, 2 % of indexes fail every attempt, pods run 1-3 s, QPS 20/30"
             ),
-            &up,
-            &us,
-        );
-        w.notes.extend(r.note());
-        results.workloads.push(w);
+            &r,
+        ));
     }
     if run("w3") {
         let mut r = Vec::new();
