@@ -35,11 +35,11 @@ use tower::{BoxError, Service};
 
 /// A connection's request sender and the flag its driver sets when it
 /// closes.
-pub(super) type Sender = (SendRequest<Bytes>, Arc<AtomicBool>);
+type Sender = (SendRequest<Bytes>, Arc<AtomicBool>);
 
 /// What a connect found the server to speak.
-pub(super) enum Connected {
-    H2(SendRequest<Bytes>, Arc<AtomicBool>),
+enum Connected {
+    H2(Sender),
     /// Since when: the verdict is asked again after [`Settings::reprobe`]
     /// (a load balancer in front of the API server may change its mind).
     Http1(tokio::time::Instant),
@@ -84,7 +84,7 @@ where
     /// The live connection's sender and its closed flag, `None` if the
     /// server speaks HTTP/1.1 only; connects when there is no live
     /// connection.
-    pub async fn sender(&self, uri: &http::Uri) -> Result<Option<Sender>, BoxError> {
+    async fn sender(&self, uri: &http::Uri) -> Result<Option<Sender>, BoxError> {
         if let Some(s) = self.current() {
             return Ok(s);
         }
@@ -107,7 +107,7 @@ where
             )
         })??;
         let sender = match &connected {
-            Connected::H2(s, closed) => Some((s.clone(), Arc::clone(closed))),
+            Connected::H2(s) => Some(s.clone()),
             Connected::Http1(_) => None,
         };
         *self.state.lock() = Some(connected);
@@ -116,9 +116,7 @@ where
 
     fn current(&self) -> Option<Option<Sender>> {
         match &*self.state.lock() {
-            Some(Connected::H2(s, closed)) if !closed.load(Ordering::Acquire) => {
-                Some(Some((s.clone(), Arc::clone(closed))))
-            }
+            Some(Connected::H2(s)) if !s.1.load(Ordering::Acquire) => Some(Some(s.clone())),
             Some(Connected::Http1(since)) if since.elapsed() < self.settings.reprobe => Some(None),
             _ => None,
         }
@@ -146,8 +144,32 @@ where
             .await?;
         let closed = Arc::new(AtomicBool::new(false));
         tokio::spawn(drive(conn, s, Arc::clone(&closed)));
-        Ok(Connected::H2(sender, closed))
+        Ok(Connected::H2((sender, closed)))
     }
+
+    /// Sends `req` on the connection, or hands it back when the server
+    /// speaks HTTP/1.1 only. A connection found closed before the request
+    /// went out is replaced once; the request was not sent on it.
+    pub async fn request(&self, req: Request<Body>) -> Result<Sent, BoxError> {
+        for attempt in 0..2 {
+            let Some((sender, closed)) = self.sender(req.uri()).await? else {
+                break;
+            };
+            match sender.ready().await {
+                Ok(ready) => return Ok(Sent::H2(send(ready, &closed, req).await?)),
+                Err(e) if attempt == 1 => return Err(e.into()),
+                Err(_) => closed.store(true, Ordering::Release),
+            }
+        }
+        Ok(Sent::Http1(req))
+    }
+}
+
+/// What [`H2Conn::request`] did with a request.
+pub(super) enum Sent {
+    H2(Response<H2Body>),
+    /// Not sent: the server speaks HTTP/1.1 only.
+    Http1(Request<Body>),
 }
 
 /// Response headers we accept (hyper's client default).
@@ -187,18 +209,20 @@ where
 }
 
 /// Hop-by-hop headers HTTP/2 forbids (RFC 9113 8.2.2); h2 refuses them.
-const CONNECTION_HEADERS: [header::HeaderName; 4] = [
-    header::CONNECTION,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::HOST,
+const CONNECTION_HEADERS: [&str; 6] = [
+    "connection",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "keep-alive",
+    "proxy-connection",
 ];
 
 /// Sends `req` on a connection ready for a new stream: HEADERS and the
 /// whole body queued together, so they leave in one write.
 /// A refusal for the connection's sake (it went away or failed) marks it
 /// `closed`, so the next request connects anew.
-pub(super) async fn send(
+async fn send(
     mut sender: SendRequest<Bytes>,
     closed: &AtomicBool,
     req: Request<Body>,
@@ -206,11 +230,9 @@ pub(super) async fn send(
     let (mut parts, body) = req.into_parts();
     // kube's request bodies are whole byte buffers: this does not wait.
     let data = body.collect().await?.to_bytes();
-    for h in &CONNECTION_HEADERS {
+    for h in CONNECTION_HEADERS {
         parts.headers.remove(h);
     }
-    parts.headers.remove("keep-alive");
-    parts.headers.remove("proxy-connection");
     if parts
         .headers
         .get(header::TE)

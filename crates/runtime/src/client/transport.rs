@@ -48,7 +48,7 @@ use prometheus::{IntGaugeVec, Opts};
 use tower::util::BoxCloneService;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
 
-use super::h2conn::{self, H2Conn, Settings, TransportBody};
+use super::h2conn::{H2Conn, Sent, Settings, TransportBody};
 
 /// Go's HTTP/2 transport's initial stream window.
 pub const STREAM_WINDOW: u32 = 4 << 20;
@@ -86,25 +86,14 @@ impl Service<Request<Body>> for Transport {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
+    fn call(&mut self, mut req: Request<Body>) -> Self::Future {
         let h2 = self.h2.clone();
         let h1 = self.h1.clone();
         Box::pin(async move {
             if let Some(h2) = h2 {
-                // A connection found closed before the request went out is
-                // replaced once; the request was not sent on it.
-                for attempt in 0..2 {
-                    let Some((sender, closed)) = h2.sender(req.uri()).await? else {
-                        break;
-                    };
-                    match sender.ready().await {
-                        Ok(ready) => {
-                            let resp = h2conn::send(ready, &closed, req).await?;
-                            return Ok(resp.map(TransportBody::Http2));
-                        }
-                        Err(e) if attempt == 1 => return Err(e.into()),
-                        Err(_) => closed.store(true, std::sync::atomic::Ordering::Release),
-                    }
+                match h2.request(req).await? {
+                    Sent::H2(resp) => return Ok(resp.map(TransportBody::Http2)),
+                    Sent::Http1(r) => req = r,
                 }
             }
             let resp = h1.request(req).await?;

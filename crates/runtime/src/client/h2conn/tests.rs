@@ -165,13 +165,13 @@ fn uri() -> http::Uri {
 }
 
 async fn request(conn: &H2Conn<Connector>, body: &'static [u8]) -> String {
-    let (sender, closed) = conn.sender(&uri()).await.expect("connect").expect("h2");
-    let ready = sender.ready().await.expect("ready");
     let req = Request::post(uri())
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from(body.to_vec()))
         .expect("request");
-    let resp = send(ready, &closed, req).await.expect("response");
+    let Sent::H2(resp) = conn.request(req).await.expect("response") else {
+        panic!("sent as HTTP/1.1");
+    };
     let bytes = resp.into_body().collect().await.expect("body").to_bytes();
     String::from_utf8(bytes.to_vec()).expect("utf-8")
 }
