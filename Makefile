@@ -10,9 +10,11 @@ DEV_ARGS ?=
 VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
 COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 IMAGE ?= kcm-rs:$(VERSION)
+# The release binary (make release-bin; kcm-bench's default --kcm-rs).
+KCM_RS_RELEASE := target/pgo/release/kcm-rs
 
 .PHONY: run run-examples test lint unit e2e differential bench bench-decode chaos chaos-seeds handover controlplane fmt clean-run \
-	check-tools monitoring image kind-up release
+	check-tools monitoring image kind-up release release-bin pgo-profile
 
 ## run: kcm-rs against TARGET_KUBECONFIG / --kubeconfig in ARGS, else against a local
 ## control plane with simulated nodes and the sample Job; REAL_NODE=1: run-real.
@@ -83,19 +85,30 @@ image:
 ## prints its digest). Load it with `ctr -n k8s.io images import <archive>`.
 IMAGE_OCI := target/image/kcm-rs-$(VERSION).oci.tar
 .PHONY: image-oci
-image-oci:
-	KCM_RS_GIT_COMMIT=$(COMMIT) $(CARGO) build --release --locked -p kcm-rs
-	@python3 hack/oci-image.py --binary target/release/kcm-rs --name $(IMAGE) \
+image-oci: release-bin
+	@python3 hack/oci-image.py --binary $(KCM_RS_RELEASE) --name $(IMAGE) \
 	  --out $(IMAGE_OCI) --revision $(COMMIT) \
 	  --created $$(git log -1 --format=%ct $(COMMIT) 2>/dev/null || echo 0)
 	@echo "load: ctr -n k8s.io images import $(IMAGE_OCI)   pin: $(IMAGE)@$$(cat $(IMAGE_OCI).digest)" >&2
 
-## release: the release binary (target/release/kcm-rs) and, where a container
+## release-bin: the release binary, $(KCM_RS_RELEASE), built with the committed
+## profile of its hot paths (profile-guided optimization: pgo/README.md) where
+## this rustc's LLVM reads it (hack/pgo-flags.sh says when not), in a target
+## directory of its own so that the other release builds keep their cache.
+release-bin:
+	KCM_RS_GIT_COMMIT=$(COMMIT) RUSTFLAGS="$${RUSTFLAGS:-} $$(hack/pgo-flags.sh)" \
+	  $(CARGO) build --release --locked -p kcm-rs --target-dir target/pgo
+
+## pgo-profile: remakes pgo/kcm-rs.profdata.gz from training runs of an
+## instrumented build (hack/pgo-profile.sh; about 20 minutes, needs llvm-profdata).
+pgo-profile: controlplane
+	hack/pgo-profile.sh
+
+## release: the release binary ($(KCM_RS_RELEASE)) and, where a container
 ## engine exists, the image kcm-rs:$(VERSION), also tagged kcm-rs:$(VERSION)-$(COMMIT);
 ## without one, prints the buildx command and still succeeds.
-release:
-	KCM_RS_GIT_COMMIT=$(COMMIT) $(CARGO) build --release --locked -p kcm-rs
-	@target/release/kcm-rs --version
+release: release-bin
+	@$(KCM_RS_RELEASE) --version
 	@engine=""; \
 	for e in docker podman; do \
 	  if command -v $$e >/dev/null && $$e info >/dev/null 2>&1; then engine=$$e; break; fi; \
@@ -239,8 +252,8 @@ handover: controlplane
 ## bench: kcm-rs against upstream KCM (release builds; not part of `test`).
 ## BENCH_ARGS="--scale 0.1 --only w1,w3" for a shorter run; see bench/src/.
 BENCH_ARGS ?=
-bench: controlplane
-	$(CARGO) build --release -p kcm-rs -p kcm-sim -p kcm-bench --bins
+bench: controlplane release-bin
+	$(CARGO) build --release -p kcm-sim -p kcm-bench --bins
 	target/release/kcm-bench $(BENCH_ARGS)
 
 ## bench-decode: JSON against protobuf decoding of W4's pods into the cache

@@ -2,7 +2,7 @@
 """kcm-rs's container image without a container engine: an OCI image layout
 archive (oci-layout, index.json, blobs/sha256/...) from a kcm-rs binary.
 
-  hack/oci-image.py --binary target/release/kcm-rs --name kcm-rs:0.1.0 \
+  hack/oci-image.py --binary target/pgo/release/kcm-rs --name kcm-rs:0.1.0 \
       --out target/image/kcm-rs-0.1.0.oci.tar [--revision <commit>]
 
 `make image-oci` runs it on the release binary. The one layer holds what

@@ -67,7 +67,8 @@ struct Flags {
     jobs_repeat: usize,
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
-    #[arg(long, default_value = "target/release/kcm-rs")]
+    /// kcm-rs's binary: `make release-bin` builds it with the PGO profile.
+    #[arg(long, default_value = "target/pgo/release/kcm-rs")]
     kcm_rs: PathBuf,
     /// A flag passed to kcm-rs only (repeatable), e.g.
     /// `--kcm-rs-arg=--kube-api-content-type=application/json`.

@@ -42,9 +42,10 @@ if [[ ! -x "$out/bin/kcm-node-proxy" || "$(cat "$out/bin/kcm-node-proxy.stamp" 2
 fi
 [[ "$images" == yes ]] || exit 0
 
-# The two images: the release binary built twice, KCM_RS_GIT_COMMIT told
-# apart (cmd/kcm-rs/build.rs: the kcm_rs_build_info metric's commit label),
-# then hack/oci-image.py as `make image-oci` runs it.
+# The two images: the release binary as `make release-bin` builds it (with
+# the PGO profile), twice, KCM_RS_GIT_COMMIT told apart (cmd/kcm-rs/build.rs:
+# the kcm_rs_build_info metric's commit label), then hack/oci-image.py as
+# `make image-oci` runs it.
 cd "$root"
 version="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)"
 commit="$(git rev-parse --short=12 HEAD)"
@@ -53,15 +54,16 @@ cargo="${CARGO:-cargo}"
 # The sources the binary is built from, as the tree has them now: skip both
 # builds when the images were made from the same (each switch between A's
 # and B's stamp recompiles the kcm-rs crate).
-src="$( { echo "$commit"; cat "$here/build.sh" hack/oci-image.py manifests/Dockerfile; git diff HEAD -- Cargo.toml Cargo.lock cmd crates;
+src="$( { echo "$commit"; cat "$here/build.sh" hack/oci-image.py hack/pgo-flags.sh manifests/Dockerfile pgo/*; git diff HEAD -- Cargo.toml Cargo.lock cmd crates;
   git ls-files --others --exclude-standard -- cmd crates | LC_ALL=C sort | xargs -r cat; } | sha256sum | cut -d' ' -f1)"
 if [[ "$(cat "$out/images/stamp" 2>/dev/null)" == "$src" && -f "$out/images/kcm-rs-A.oci.tar" && -f "$out/images/kcm-rs-B.oci.tar" ]]; then
   exit 0
 fi
 for which in A B; do
   if [[ "$which" == A ]]; then stamp="$commit" name="kcm-rs:$version"; else stamp="$commit-b" name="kcm-rs:$version-b"; fi
-  KCM_RS_GIT_COMMIT="$stamp" "$cargo" build --release --locked -p kcm-rs
-  cp target/release/kcm-rs "$out/images/kcm-rs-$which"
+  KCM_RS_GIT_COMMIT="$stamp" RUSTFLAGS="${RUSTFLAGS:-} $(hack/pgo-flags.sh)" \
+    "$cargo" build --release --locked -p kcm-rs --target-dir target/pgo
+  cp target/pgo/release/kcm-rs "$out/images/kcm-rs-$which"
   python3 hack/oci-image.py --binary "$out/images/kcm-rs-$which" --name "$name" \
     --out "$out/images/kcm-rs-$which.oci.tar" --revision "$stamp" --created "$created"
   cp "$out/images/kcm-rs-$which.oci.tar.digest" "$out/images/kcm-rs-$which.digest"
