@@ -13,7 +13,7 @@ major=$(${RUSTC:-rustc} -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
 profdata=${LLVM_PROFDATA:-}
 if [[ -z $profdata ]]; then
   for p in "llvm-profdata-$major" "/usr/lib/llvm-$major/bin/llvm-profdata" llvm-profdata; do
-    if command -v "$p" >/dev/null && "$p" --version | grep -q "LLVM version $major\."; then
+    if command -v "$p" >/dev/null && grep -q "LLVM version $major\." <<<"$("$p" --version)"; then
       profdata=$p
       break
     fi
@@ -30,20 +30,25 @@ cargo=${CARGO:-cargo}
 RUSTFLAGS="-Cprofile-generate=$dir/raw" "$cargo" build --release --locked -p kcm-rs --target-dir "$dir/target"
 "$cargo" build --release --locked -p kcm-sim -p kcm-bench --bins
 # kcm-bench stops a manager with SIGKILL, which writes no profile: the
-# wrapper's watcher turns that into a SIGTERM, on which kcm-rs exits cleanly.
+# wrapper's watcher turns that into a SIGTERM, on which kcm-rs exits cleanly
+# and writes its profile. The wrapper is gone once it is missing or a zombie.
 cat >"$dir/kcm-rs" <<EOF
 #!/usr/bin/env bash
-export LLVM_PROFILE_FILE=$dir/raw/kcm-rs-%p.profraw
-$dir/target/release/kcm-rs "\$@" &
+export LLVM_PROFILE_FILE='$dir/raw/kcm-rs-%p.profraw'
+'$dir/target/release/kcm-rs' "\$@" &
 child=\$!
 me=\$\$
-( while kill -0 \$me 2>/dev/null; do sleep 0.3; done; kill -TERM \$child 2>/dev/null ) &
+alive() { [[ \$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' /proc/\$me/status 2>/dev/null) =~ ^[^Z]\$ ]]; }
+( while alive; do sleep 0.3; done; kill -TERM \$child 2>/dev/null ) &
 wait \$child
 EOF
 chmod +x "$dir/kcm-rs"
 target/release/kcm-bench --only w3,w4,w5,w7 --scale 0.1 --w3-runs 20 --kcm-rs "$dir/kcm-rs" --out "$dir/bench"
-# The last manager writes its profile after its SIGTERM.
-for _ in $(seq 1 100); do
+# Managers still running (the last one's watcher may not have fired yet)
+# get their SIGTERM here; each writes its profile as it exits (its drain is
+# bounded by --shutdown-grace-period, 30 s by default).
+pkill -TERM -f "^$dir/target/release/kcm-rs" || true
+for _ in $(seq 1 200); do
   pgrep -f "^$dir/target/release/kcm-rs" >/dev/null || break
   sleep 0.3
 done

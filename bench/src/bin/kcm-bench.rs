@@ -209,7 +209,7 @@ async fn main() -> anyhow::Result<()> {
     for (what, p) in [("kcm-rs", &env.kcm_rs), ("kcm-sim", &env.kcm_sim)] {
         anyhow::ensure!(
             p.exists(),
-            "{what} not found at {} (cargo build --release -p kcm-rs -p kcm-sim -p kcm-bench --bins)",
+            "{what} not found at {} (make release-bin; cargo build --release -p kcm-sim -p kcm-bench --bins)",
             p.display()
         );
     }

@@ -51,10 +51,11 @@ version="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Car
 commit="$(git rev-parse --short=12 HEAD)"
 created="$(git log -1 --format=%ct HEAD)"
 cargo="${CARGO:-cargo}"
-# The sources the binary is built from, as the tree has them now: skip both
+# The sources the binary is built from, as the tree has them now, and the
+# compiler (whose LLVM decides whether the PGO profile is used): skip both
 # builds when the images were made from the same (each switch between A's
 # and B's stamp recompiles the kcm-rs crate).
-src="$( { echo "$commit"; cat "$here/build.sh" hack/oci-image.py hack/pgo-flags.sh manifests/Dockerfile pgo/*; git diff HEAD -- Cargo.toml Cargo.lock cmd crates;
+src="$( { echo "$commit"; "${RUSTC:-rustc}" -vV; cat "$here/build.sh" hack/oci-image.py hack/pgo-flags.sh manifests/Dockerfile pgo/*; git diff HEAD -- Cargo.toml Cargo.lock cmd crates;
   git ls-files --others --exclude-standard -- cmd crates | LC_ALL=C sort | xargs -r cat; } | sha256sum | cut -d' ' -f1)"
 if [[ "$(cat "$out/images/stamp" 2>/dev/null)" == "$src" && -f "$out/images/kcm-rs-A.oci.tar" && -f "$out/images/kcm-rs-B.oci.tar" ]]; then
   exit 0
