@@ -28,6 +28,10 @@ rm -rf "$dir/raw" "$dir/bench"
 mkdir -p "$dir/raw"
 cargo=${CARGO:-cargo}
 RUSTFLAGS="-Cprofile-generate=$dir/raw" "$cargo" build --release --locked -p kcm-rs --target-dir "$dir/target"
+# The build's own instrumented build scripts and proc macros wrote profiles
+# of compile-time code here: only the training runs' count.
+rm -rf "$dir/raw"
+mkdir -p "$dir/raw"
 "$cargo" build --release --locked -p kcm-sim -p kcm-bench --bins
 # kcm-bench stops a manager with SIGKILL, which writes no profile: the
 # wrapper's watcher turns that into a SIGTERM, on which kcm-rs exits cleanly
@@ -52,7 +56,7 @@ for _ in $(seq 1 200); do
   pgrep -f "^$dir/target/release/kcm-rs" >/dev/null || break
   sleep 0.3
 done
-"$profdata" merge --sparse -o "$dir/kcm-rs.profdata" "$dir"/raw/*.profraw
+"$profdata" merge --sparse -o "$dir/kcm-rs.profdata" "$dir"/raw/kcm-rs-*.profraw
 gzip -9nc "$dir/kcm-rs.profdata" >pgo/kcm-rs.profdata.gz
 echo "$major" >pgo/llvm-major
-echo "pgo/kcm-rs.profdata.gz: $(stat -c %s pgo/kcm-rs.profdata.gz) bytes from $(ls "$dir"/raw/*.profraw | wc -l) runs, LLVM $major" >&2
+echo "pgo/kcm-rs.profdata.gz: $(stat -c %s pgo/kcm-rs.profdata.gz) bytes from $(ls "$dir"/raw/kcm-rs-*.profraw | wc -l) runs, LLVM $major" >&2
