@@ -55,15 +55,14 @@ cargo="${CARGO:-cargo}"
 # compiler (whose LLVM decides whether the PGO profile is used): skip both
 # builds when the images were made from the same (each switch between A's
 # and B's stamp recompiles the kcm-rs crate).
-src="$( { echo "$commit"; "${RUSTC:-rustc}" -vV; cat "$here/build.sh" hack/oci-image.py hack/pgo-flags.sh manifests/Dockerfile pgo/*; git diff HEAD -- Cargo.toml Cargo.lock cmd crates;
+src="$( { echo "$commit"; "${RUSTC:-rustc}" -vV; cat "$here/build.sh" Makefile hack/oci-image.py hack/pgo-flags.sh manifests/Dockerfile pgo/*; git diff HEAD -- Cargo.toml Cargo.lock cmd crates;
   git ls-files --others --exclude-standard -- cmd crates | LC_ALL=C sort | xargs -r cat; } | sha256sum | cut -d' ' -f1)"
 if [[ "$(cat "$out/images/stamp" 2>/dev/null)" == "$src" && -f "$out/images/kcm-rs-A.oci.tar" && -f "$out/images/kcm-rs-B.oci.tar" ]]; then
   exit 0
 fi
 for which in A B; do
   if [[ "$which" == A ]]; then stamp="$commit" name="kcm-rs:$version"; else stamp="$commit-b" name="kcm-rs:$version-b"; fi
-  KCM_RS_GIT_COMMIT="$stamp" RUSTFLAGS="${RUSTFLAGS:-} $(hack/pgo-flags.sh)" \
-    "$cargo" build --release --locked -p kcm-rs --target-dir target/pgo
+  make --no-print-directory release-bin COMMIT="$stamp" CARGO="$cargo"
   cp target/pgo/release/kcm-rs "$out/images/kcm-rs-$which"
   python3 hack/oci-image.py --binary "$out/images/kcm-rs-$which" --name "$name" \
     --out "$out/images/kcm-rs-$which.oci.tar" --revision "$stamp" --created "$created"
