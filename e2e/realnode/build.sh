@@ -41,7 +41,7 @@ fi
 cd "$here"
 if [[ "$version" == 1.34 ]]; then modfile=go.mod; modflags=(); else modfile="versions/$version/go.mod"; modflags=(-modfile="$modfile"); fi
 if [[ ! -f "$modfile" ]]; then
-  echo "error: Kubernetes $version has no real-node module file (have: 1.34 $(ls versions | tr '\n' ' ')); add one with e2e/gen-modfile.sh realnode 1.N.x" >&2
+  echo "error: Kubernetes $version has no real-node module file (have: 1.34 $(ls versions | grep -v gen.sh | tr '\n' ' ')); add one with e2e/realnode/versions/gen.sh 1.N.x" >&2
   exit 1
 fi
 out="$root/target/realnode/$version"
