@@ -306,9 +306,16 @@ async fn a_tenant_token_starves_neither_probes_nor_scrapes_nor_the_api_server() 
     if let Some(out) = std::env::var_os("ABUSE_RESULTS") {
         let out = std::path::PathBuf::from(out);
         std::fs::create_dir_all(&out).expect("results dir");
+        let bin = binary::kcm_rs_binary();
+        let version = std::process::Command::new(&bin)
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
         let note = format!(
-            "# The authenticated tenant's floods\n\n`make abuse` (`crates/serving/tests/tenant_flood.rs`), {} s per run, on this machine's 2 cores shared by the API server, the server under test and the attacker.\n\n{table}",
-            window().as_secs()
+            "# The authenticated tenant's floods\n\n`make abuse` (`crates/serving/tests/tenant_flood.rs`), {} s per run, on this machine's 2 cores shared by the API server, the server under test and the attacker; kcm-rs: `{}` ({version}); KCM: upstream kube-controller-manager of the API server's version, job-controller only, both with delegated authentication and authorization.\n\n{table}",
+            window().as_secs(),
+            bin.display(),
         );
         std::fs::write(out.join("tenant-flood.md"), note).expect("write results");
     }

@@ -22,7 +22,7 @@ use serde_json::json;
 
 /// The kcm-rs binary of this profile, built if needed.
 pub fn kcm_rs_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("KCM_RS_BIN") {
+    if let Some(p) = std::env::var_os("KCM_RS_BIN").filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
     // This test runs as target/<profile>/deps/<name>-<hash>.
