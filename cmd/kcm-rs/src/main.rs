@@ -21,6 +21,7 @@ mod serve;
 mod startup;
 mod tools;
 
+use kcm_runtime::metrics::Metrics;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -67,7 +68,7 @@ async fn kube_config(flags: &Flags) -> Result<kube::Config, Failure> {
 /// The KCM kcm-rs behaves as (the API server's minor) and the version its
 /// gates are evaluated at (`--emulated-version`, down to that KCM's floor);
 /// see `Emulation::choose` for kcm-rs's override beyond that.
-fn behave_as(flag: Option<&str>, server: &str) -> Result<Emulation, Failure> {
+fn behave_as(flag: Option<&str>, server: &str, metrics: &Metrics) -> Result<Emulation, Failure> {
     let chosen = Emulation::choose(flag, server).map_err(|e| Failure::User(e.to_string()))?;
     if let Some(w) = chosen.warning {
         tracing::warn!(server, emulated = %chosen.emulation, "{w}");
@@ -82,6 +83,7 @@ fn behave_as(flag: Option<&str>, server: &str) -> Result<Emulation, Failure> {
         })
         .unwrap_or(binary.minor());
     kcm_runtime::metrics::register_version_skew(
+        metrics.registry(),
         &format!("1.{server_minor}"),
         &binary.to_string(),
         i64::from(server_minor.saturating_sub(binary.minor())),
@@ -131,6 +133,7 @@ fn tls_options(flags: &Flags) -> kcm_serving::TlsOptions {
 /// in-cluster, else none (with a warning). One that cannot reach its server
 /// is a start-up error.
 async fn review_client(
+    metrics: &Metrics,
     path: Option<&std::path::Path>,
     flag: &str,
 ) -> Result<Option<kube::Client>, Failure> {
@@ -152,7 +155,7 @@ async fn review_client(
     let opts = ClientOptions {
         qps: 200.0,
         burst: 400,
-        ..ClientOptions::for_component("delegated-auth")
+        ..ClientOptions::for_component("delegated-auth", metrics)
     };
     let client = build_client(config, &opts).map_err(|e| Failure::User(format!("{flag}: {e}")))?;
     let (never, clock) = (
@@ -168,23 +171,28 @@ async fn review_client(
     Ok(Some(client))
 }
 
-async fn delegated_auth(flags: &Flags) -> Result<kcm_serving::Delegate, Failure> {
+async fn delegated_auth(
+    flags: &Flags,
+    metrics: &Metrics,
+) -> Result<kcm_serving::Delegate, Failure> {
     let authn = review_client(
+        metrics,
         flags.authentication_kubeconfig.as_deref(),
         "--authentication-kubeconfig",
     )
     .await?;
     let authz = review_client(
+        metrics,
         flags.authorization_kubeconfig.as_deref(),
         "--authorization-kubeconfig",
     )
     .await?;
-    let metrics = kcm_serving::Metrics::register(kcm_runtime::metrics::registry());
+    let serving = kcm_serving::Metrics::register(metrics.registry());
     Ok(kcm_serving::Delegate::new(
         authn,
         authz,
         flags.authorization_always_allow_paths.clone(),
-        metrics,
+        serving,
     ))
 }
 
@@ -241,12 +249,14 @@ async fn run(
     let stop = CancellationToken::new();
     // The one clock of the process: start-up, leader election, controllers.
     let clock = kcm_runtime::clock::Clock::system();
+    // The runtime's families on the registry `/metrics` serves, built once.
+    let metrics = Metrics::new(kcm_runtime::metrics::registry());
     let retry = startup::Bound::start_up(&stop, &clock);
     let version = startup::server_version(&probe, &url, retry).await?;
     // Its kube HTTP/1.1 connection would stay pooled beside the one HTTP/2
     // connection every other client shares (client::transport).
     drop(probe);
-    let emulation = behave_as(flags.emulated_version.as_deref(), &version)?;
+    let emulation = behave_as(flags.emulated_version.as_deref(), &version, &metrics)?;
     let behaves_as = emulation.binary();
     tracing::info!(server = %url, %version, kcm_version = %behaves_as, emulated_version = %emulation, "connected");
     let gates = gates
@@ -277,7 +287,7 @@ async fn run(
     );
 
     // process_* families (CPU, RSS, open fds), as every Go component exports.
-    if let Err(e) = kcm_runtime::metrics::registry().register(Box::new(
+    if let Err(e) = metrics.registry().register(Box::new(
         prometheus::process_collector::ProcessCollector::for_self(),
     )) {
         tracing::warn!("process metrics unavailable: {e}");
@@ -296,7 +306,7 @@ async fn run(
     let mut servers = Vec::new();
     if flags.port != 0 {
         let addr = SocketAddr::new(flags.bind_address, flags.port);
-        let delegate = delegated_auth(&flags).await?;
+        let delegate = delegated_auth(&flags, &metrics).await?;
         let tls = tls_options(&flags);
         let secure = serve::serve_secure(addr, Arc::clone(&status), stop.clone(), &tls, delegate);
         servers.push(secure.await.map_err(|e| Failure::User(e.to_string()))?);
@@ -328,6 +338,7 @@ async fn run(
             &selected,
             flags.service_account_token_renewal,
             retry,
+            &metrics,
         )
         .await?
     } else {
@@ -352,13 +363,13 @@ async fn run(
         };
         let lease_client = build_client(
             config.clone(),
-            &ClientOptions::for_component("leader-election"),
+            &ClientOptions::for_component("leader-election", &metrics),
         )
         .map_err(|e| Failure::User(e.to_string()))?;
         // The Lease says which mode runs (kcm_job::mode; `kcm-rs lint` reads it).
         let jobs = selected.iter().any(|c| c.name == kcm_job::SPEC.name);
         let marks = kcm_job::mode::annotations(flags.job.job_managed_by.as_deref(), jobs);
-        let mut e = LeaderElector::new(lease_client, cfg, fence.clone())
+        let mut e = LeaderElector::new(lease_client, cfg, fence.clone(), &metrics)
             .map_err(|e| Failure::User(e.to_string()))?
             .with_annotations(marks)
             .with_clock(clock.clone());
@@ -385,6 +396,7 @@ async fn run(
         host_settings: flags.host_settings(),
         fence: fence.clone(),
         clock,
+        metrics,
     };
     // A process that cannot start its controllers gives the Lease back
     // first, so a healthy standby need not wait out a lease duration.
