@@ -171,19 +171,36 @@ async fn review_client(
     Ok(Some(client))
 }
 
+/// What the delegated authentication and authorization are built from.
+struct AuthFlags {
+    authn: Option<std::path::PathBuf>,
+    authz: Option<std::path::PathBuf>,
+    always_allow: Vec<String>,
+}
+
+impl AuthFlags {
+    fn of(flags: &Flags) -> Self {
+        AuthFlags {
+            authn: flags.authentication_kubeconfig.clone(),
+            authz: flags.authorization_kubeconfig.clone(),
+            always_allow: flags.authorization_always_allow_paths.clone(),
+        }
+    }
+}
+
 async fn delegated_auth(
-    flags: &Flags,
+    flags: AuthFlags,
     metrics: &Metrics,
 ) -> Result<kcm_serving::Delegate, Failure> {
     let authn = review_client(
         metrics,
-        flags.authentication_kubeconfig.as_deref(),
+        flags.authn.as_deref(),
         "--authentication-kubeconfig",
     )
     .await?;
     let authz = review_client(
         metrics,
-        flags.authorization_kubeconfig.as_deref(),
+        flags.authz.as_deref(),
         "--authorization-kubeconfig",
     )
     .await?;
@@ -191,9 +208,49 @@ async fn delegated_auth(
     Ok(kcm_serving::Delegate::new(
         authn,
         authz,
-        flags.authorization_always_allow_paths.clone(),
+        flags.always_allow,
         serving,
     ))
+}
+
+/// The secure port, on a thread and runtime of its own where its review
+/// clients are built too: their connection to the API server and its tasks
+/// live there, apart from the controllers' (a flood of the port cannot slow
+/// their traffic, nor a review reconnect their connection onto its thread).
+/// Start-up errors come back as from the main thread.
+async fn secure_port(
+    flags: &Flags,
+    metrics: &Metrics,
+    status: &Arc<serve::Status>,
+    stop: &CancellationToken,
+) -> Result<std::thread::JoinHandle<()>, Failure> {
+    let addr = SocketAddr::new(flags.bind_address, flags.port);
+    let (auth, tls) = (AuthFlags::of(flags), tls_options(flags));
+    let (metrics, status, stop) = (metrics.clone(), Arc::clone(status), stop.clone());
+    let (ready, started) = tokio::sync::oneshot::channel();
+    let thread = kcm_serving::on_own_thread("kcm-rs-serving", move || async move {
+        let built = async {
+            let delegate = delegated_auth(auth, &metrics).await?;
+            serve::secure(addr, &status, &tls, delegate)
+                .await
+                .map_err(|e| Failure::User(e.to_string()))
+        };
+        match built.await {
+            Ok(server) => {
+                let _ = ready.send(Ok(()));
+                server.run(serve::router(status), stop).await;
+            }
+            Err(e) => {
+                let _ = ready.send(Err(e));
+            }
+        }
+    })
+    .map_err(|e| Failure::Runtime(format!("starting the secure port's thread: {e}")))?;
+    match started.await {
+        Ok(Ok(())) => Ok(thread),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(Failure::Runtime("the secure port's thread ended".into())),
+    }
 }
 
 /// Where the controllers' ServiceAccounts are, and the pod kcm-rs runs in.
@@ -249,8 +306,14 @@ async fn run(
     let stop = CancellationToken::new();
     // The one clock of the process: start-up, leader election, controllers.
     let clock = kcm_runtime::clock::Clock::system();
-    // The runtime's families on the registry `/metrics` serves, built once.
-    let metrics = Metrics::new(kcm_runtime::metrics::registry());
+    // The process's registry, the one `/metrics` serves; the runtime's
+    // families on it, built once and passed to whatever registers more.
+    let metrics = Metrics::new(&prometheus::Registry::new());
+    kcm_runtime::metrics::build_info(
+        metrics.registry(),
+        env!("CARGO_PKG_VERSION"),
+        env!("KCM_RS_GIT_COMMIT"),
+    );
     let retry = startup::Bound::start_up(&stop, &clock);
     let version = startup::server_version(&probe, &url, retry).await?;
     // Its kube HTTP/1.1 connection would stay pooled beside the one HTTP/2
@@ -292,7 +355,7 @@ async fn run(
     )) {
         tracing::warn!("process metrics unavailable: {e}");
     }
-    let status = Arc::new(serve::Status::default());
+    let status = Arc::new(serve::Status::new(metrics.clone()));
     *status.standby.write() = flags.leader_elect;
     // The controllers' runtime turns, or /healthz and /livez say it does not.
     status.checks.write().push((
@@ -305,11 +368,7 @@ async fn run(
     });
     let mut servers = Vec::new();
     if flags.port != 0 {
-        let addr = SocketAddr::new(flags.bind_address, flags.port);
-        let delegate = delegated_auth(&flags, &metrics).await?;
-        let tls = tls_options(&flags);
-        let secure = serve::serve_secure(addr, Arc::clone(&status), stop.clone(), &tls, delegate);
-        servers.push(secure.await.map_err(|e| Failure::User(e.to_string()))?);
+        servers.push(secure_port(&flags, &metrics, &status, &stop).await?);
     }
     if let Some(addr) = health {
         let health = serve::serve_health(addr, Arc::clone(&status), stop.clone());

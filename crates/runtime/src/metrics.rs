@@ -15,7 +15,7 @@
 //! Each has a form that takes the registry ([`Metrics::new`],
 //! [`render_of`], [`build_info`]), so the binary can own it as a value.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use prometheus::core::Collector;
 use prometheus::{Encoder, IntGaugeVec, Registry, TextEncoder};
@@ -98,19 +98,8 @@ pub fn register<C: Collector + Clone + 'static>(registry: &Registry, c: C) -> C 
     c
 }
 
-/// The binary's registry, the one its `/metrics` serves.
-pub fn registry() -> &'static Registry {
-    static REGISTRY: OnceLock<Registry> = OnceLock::new();
-    REGISTRY.get_or_init(Registry::new)
-}
-
 /// Content type of the Prometheus text format 0.0.4, as KCM serves it.
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// Renders every metric of the binary's [`registry`] in the text format.
-pub fn render() -> String {
-    render_of(registry())
-}
 
 /// Every family of `registry` in the text format.
 pub fn render_of(registry: &Registry) -> String {
@@ -132,13 +121,6 @@ pub fn kubernetes_api_version() -> &'static str {
     k8s_openapi::k8s_if_1_36! { return "v1.36"; }
     k8s_openapi::k8s_if_1_37! { return "v1.37"; }
     "unknown"
-}
-
-/// Registers `kcm_rs_build_info{version,git_commit,kubernetes_version} 1`
-/// on the binary's [`registry`], as Go components export
-/// `kubernetes_build_info`.
-pub fn register_build_info(version: &str, git_commit: &str) {
-    build_info(registry(), version, git_commit);
 }
 
 /// `kcm_rs_build_info{version,git_commit,kubernetes_version} 1` on

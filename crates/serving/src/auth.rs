@@ -140,9 +140,7 @@ impl Metrics {
         let make = |name: &str, help: &str| {
             let c = IntCounterVec::new(prometheus::Opts::new(name, help), &["code"])
                 .expect("constant metric options are valid");
-            // A second server in one process (tests) shares the first's.
-            let _ = registry.register(Box::new(c.clone()));
-            c
+            kcm_runtime::metrics::register(registry, c)
         };
         Metrics {
             authn: make(
@@ -164,8 +162,7 @@ impl Metrics {
                     &["review", "bound"],
                 )
                 .expect("constant metric options are valid");
-                let _ = registry.register(Box::new(c.clone()));
-                c
+                kcm_runtime::metrics::register(registry, c)
             },
             untrusted: {
                 let c = IntCounterVec::new(
@@ -178,8 +175,7 @@ impl Metrics {
                     &["outcome"],
                 )
                 .expect("constant metric options are valid");
-                let _ = registry.register(Box::new(c.clone()));
-                c
+                kcm_runtime::metrics::register(registry, c)
             },
             conns: crate::conn::ConnMetrics::register(registry),
         }
