@@ -175,7 +175,8 @@ async fn run(
             let h2 = std::thread::spawn(move || {
                 tenant::h2_flood(port, conns, streams, secs, &token, &dir)
             });
-            tokio::time::sleep(Duration::from_secs(3)).await;
+            // Its connections' handshakes come first.
+            tokio::time::sleep(Duration::from_secs(5)).await;
             (None, Vec::new(), Some(h2))
         }
     };
@@ -321,9 +322,15 @@ async fn a_tenant_token_starves_neither_probes_nor_scrapes_nor_the_api_server() 
     }
     for r in rows.iter().filter(|r| r.who == "kcm-rs") {
         let failed = |a: &[Answer]| a.iter().filter(|x| x.0 != 200).count();
+        let bad: Vec<_> = r
+            .scrapes
+            .iter()
+            .filter(|a| a.0 != 200)
+            .map(|a| (a.0, a.1, a.2.duration_since(r.scrapes[0].2)))
+            .collect();
         assert!(
             !r.scrapes.is_empty() && failed(&r.scrapes) == 0,
-            "{}: scrapes {}\n{tail}",
+            "{}: scrapes {} (code, latency, since the first): {bad:?}\n{tail}",
             r.flood.label(),
             tenant::answered(&r.scrapes)
         );

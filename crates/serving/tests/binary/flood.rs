@@ -153,24 +153,49 @@ pub fn flood(
     conns: usize,
     stop: Arc<AtomicBool>,
 ) -> (Arc<FloodStats>, Vec<tokio::task::JoinHandle<()>>) {
+    flood_with(port, conns, stop, |i| {
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (i as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407);
+        move |_| {
+            format!(
+                "GET /metrics HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\n\r\n",
+                token(&mut rng)
+            )
+        }
+    })
+}
+
+/// `conns` keep-alive connections to `port`, each sending the requests
+/// `requests(i)` makes for connection `i` (given the request's number
+/// on its connection) as soon as the last was answered, and connecting
+/// again whenever closed, until `stop`.
+pub fn flood_with<R>(
+    port: u16,
+    conns: usize,
+    stop: Arc<AtomicBool>,
+    requests: impl Fn(usize) -> R,
+) -> (Arc<FloodStats>, Vec<tokio::task::JoinHandle<()>>)
+where
+    R: FnMut(u64) -> String + Send + 'static,
+{
     let stats = Arc::new(FloodStats::default());
     let tasks = (0..conns)
         .map(|i| {
             let (stats, stop) = (Arc::clone(&stats), Arc::clone(&stop));
+            let mut next = requests(i);
             tokio::spawn(async move {
-                let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (i as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407);
                 while !stop.load(Ordering::Relaxed) {
-                    let Ok(Ok(mut s)) = tokio::time::timeout(Duration::from_secs(10), connect(port)).await else {
+                    let Ok(Ok(mut s)) =
+                        tokio::time::timeout(Duration::from_secs(10), connect(port)).await
+                    else {
                         stats.cut.fetch_add(1, Ordering::Relaxed);
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     };
                     stats.connects.fetch_add(1, Ordering::Relaxed);
+                    let mut n = 0u64;
                     while !stop.load(Ordering::Relaxed) {
-                        let req = format!(
-                            "GET /metrics HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\n\r\n",
-                            token(&mut rng)
-                        );
+                        let req = next(n);
+                        n += 1;
                         let answer = async {
                             s.write_all(req.as_bytes()).await?;
                             read_response(&mut s).await

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::flood::{FloodStats, connect, read_response};
+use super::flood::{FloodStats, connect, flood_with, read_response};
 
 /// How long a scrape or a probe may take (the kubelet's probe timeout,
 /// the scraper's).
@@ -28,50 +28,19 @@ pub fn h1_flood(
     token: &str,
     stop: Arc<AtomicBool>,
 ) -> (Arc<FloodStats>, Vec<tokio::task::JoinHandle<()>>) {
-    let stats = Arc::new(FloodStats::default());
-    let tasks = (0..conns)
-        .map(|i| {
-            let (stats, stop) = (Arc::clone(&stats), Arc::clone(&stop));
-            let token = token.to_string();
-            tokio::spawn(async move {
-                let mut n = (i as u64) << 32;
-                while !stop.load(Ordering::Relaxed) {
-                    let Ok(Ok(mut s)) = tokio::time::timeout(Duration::from_secs(10), connect(port)).await else {
-                        stats.cut.fetch_add(1, Ordering::Relaxed);
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    };
-                    stats.connects.fetch_add(1, Ordering::Relaxed);
-                    let mut path = "/version".to_string();
-                    while !stop.load(Ordering::Relaxed) {
-                        let req = format!(
-                            "GET {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n\r\n"
-                        );
-                        let answer = async {
-                            s.write_all(req.as_bytes()).await?;
-                            read_response(&mut s).await
-                        };
-                        match tokio::time::timeout(Duration::from_secs(30), answer).await {
-                            Ok(Ok((code, keep))) => {
-                                stats.requests.fetch_add(1, Ordering::Relaxed);
-                                *stats.codes.lock().entry(code).or_default() += 1;
-                                if !keep {
-                                    break;
-                                }
-                            }
-                            _ => {
-                                stats.cut.fetch_add(1, Ordering::Relaxed);
-                                break;
-                            }
-                        }
-                        n += 1;
-                        path = format!("/apis/r{n:x}");
-                    }
-                }
-            })
-        })
-        .collect();
-    (stats, tasks)
+    let token = token.to_string();
+    flood_with(port, conns, stop, move |i| {
+        let token = token.clone();
+        move |n| {
+            let path = match n {
+                0 => "/version".to_string(),
+                n => format!("/apis/r{:x}", ((i as u64) << 32) + n),
+            };
+            format!(
+                "GET {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n\r\n"
+            )
+        }
+    })
 }
 
 /// h2load (nghttp2-client) against `https://127.0.0.1:port`: `conns`
