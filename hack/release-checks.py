@@ -15,6 +15,9 @@ may be shallow) and without a network:
   - charts/kcm-rs/UPGRADING.md has no section for the chart's version;
   - the image repository is not the Makefile's IMAGE_REPOSITORY in the
     chart's values.yaml and manifests/base/kustomization.yaml;
+  - a KCM flag in the docs switches off kcm-rs's controllers but drops
+    bootstrapsigner,tokencleaner (kubeadm turns them on; `*` does not
+    include them, so join tokens would stop working);
   - CHANGELOG.md is not Keep a Changelog: `## [Unreleased]` first, then
     `## [X.Y.Z] - YYYY-MM-DD` sections, newest first, each with its link
     reference at the bottom.
@@ -186,8 +189,37 @@ def notes(version, root=ROOT):
     raise Problem(f"CHANGELOG.md has no `## [{version}] - YYYY-MM-DD` section: move the Unreleased entries under it")
 
 
+KCM_DOCS = ["README.md", "docs", "manifests", "charts/kcm-rs/templates/NOTES.txt"]
+
+
+def check_kcm_flags(root=ROOT):
+    """Every `--controllers=*,...` that switches a kcm-rs controller off in
+    the docs keeps bootstrapsigner,tokencleaner; returns how many."""
+    files = []
+    for entry in KCM_DOCS:
+        at = os.path.join(root, entry)
+        if os.path.isdir(at):
+            for d, _, names in os.walk(at):
+                files += [os.path.join(d, n) for n in names if n.endswith((".md", ".yaml", ".txt"))]
+        elif os.path.exists(at):
+            files.append(at)
+    seen = 0
+    for path in sorted(files):
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                for flag in re.findall(r"--controllers=\*,[^\s`'\"]*", line):
+                    if "-job-controller" not in flag and "{{" not in line:
+                        continue
+                    seen += 1
+                    if "bootstrapsigner,tokencleaner" not in flag:
+                        rel = os.path.relpath(path, root)
+                        raise Problem(f"{rel}:{n}: {flag} drops bootstrapsigner,tokencleaner (kubeadm's join tokens need them): --controllers=*,bootstrapsigner,tokencleaner,-job-controller,...")
+    return seen
+
+
 def check(root=ROOT):
     out = [f"chart {check_chart(root)} recorded, UPGRADING.md has it"]
+    out.append(f"{check_kcm_flags(root)} KCM --controllers flags in the docs keep bootstrapsigner,tokencleaner")
     out.append(f"image repository {check_image_repository(root)} in Makefile, values.yaml, kustomization")
     n = len(changelog_sections(read("CHANGELOG.md", root))) - 1
     out.append(f"CHANGELOG.md: Unreleased and {n} release(s), Keep a Changelog")

@@ -143,6 +143,19 @@ class ImageRepository(unittest.TestCase):
             rc.check_image_repository(r.root)
 
 
+class KcmFlag(unittest.TestCase):
+    def test_the_docs_keep_bootstrapsigner_and_tokencleaner(self):
+        r = Repo(self)
+        os.makedirs(r.path("docs"))
+        with open(r.path("README.md"), "w", encoding="utf-8") as f:
+            f.write("```\nkube-controller-manager --controllers=*,bootstrapsigner,tokencleaner,-job-controller\n```\n")
+        self.assertGreaterEqual(rc.check_kcm_flags(r.root), 2)  # README and NOTES.txt
+        with open(r.path("docs/install.md"), "w", encoding="utf-8") as f:
+            f.write("set `--controllers=*,-job-controller,-disruption-controller` in KCM\n")
+        with self.assertRaisesRegex(rc.Problem, r"docs/install.md:1: --controllers=\*,-job-controller,-disruption-controller drops bootstrapsigner"):
+            rc.check_kcm_flags(r.root)
+
+
 class Changelog(unittest.TestCase):
     def test_sections_and_notes(self):
         got = rc.changelog_sections(CHANGELOG)
@@ -170,7 +183,7 @@ class Changelog(unittest.TestCase):
 
 class ThisRepository(unittest.TestCase):
     def test_passes(self):
-        self.assertEqual(len(rc.check()), 3)
+        self.assertEqual(len(rc.check()), 4)
 
 
 if __name__ == "__main__":

@@ -96,7 +96,20 @@ in rbac.yaml's order. */}}
 {{- if and .Values.besideKcm.enabled (not .Values.besideKcm.managedBy) -}}
 {{- fail "besideKcm.enabled needs besideKcm.managedBy, the spec.managedBy value of the Jobs kcm-rs syncs" -}}
 {{- end -}}
+{{- range $k, $_ := .Values.podLabels -}}
+{{- if or (eq $k "app.kubernetes.io/name") (hasKey (include "kcm-rs.labels" $ | fromYaml) $k) (eq $k "app.kubernetes.io/component") -}}
+{{- fail (printf "podLabels: %s is set by the chart (app.kubernetes.io/name is the Deployment's selector); choose another label" $k) -}}
+{{- end -}}
+{{- end -}}
 {{- $_ := include "kcm-rs.selected" . -}}
+{{- end }}
+
+{{/* The ResourceQuota GKE needs before it admits pods of a system-*-critical
+PriorityClass outside kube-system: true where the chart renders it. */}}
+{{- define "kcm-rs.priorityClassQuota" -}}
+{{- if and .Values.priorityClassQuota.enabled (ne .Release.Namespace "kube-system") (has .Values.priorityClassName (list "system-cluster-critical" "system-node-critical")) -}}
+true
+{{- end -}}
 {{- end }}
 
 {{/* --feature-gates from the featureGates map, sorted by name. */}}
