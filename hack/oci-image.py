@@ -413,7 +413,7 @@ def main(argv=None):
     p.add_argument("--name", help="image name and tag, e.g. ghcr.io/kcm-rs/kcm-rs:0.2.0")
     p.add_argument("--out", help="the OCI layout archive to write")
     p.add_argument("--rootfs", help="write the layer's tree of the one --binary here instead (the Dockerfile's stage)")
-    p.add_argument("--check", metavar="PATH", help="only check that PATH is a static ELF executable and print its platform")
+    p.add_argument("--check", metavar="PATH", help="only check that PATH is a static ELF executable; prints its architecture")
     p.add_argument("--dockerfile", default="manifests/Dockerfile")
     p.add_argument("--ca-bundle", default=CA_BUNDLE)
     p.add_argument("--version", help="the label org.opencontainers.image.version (default: the tag)")
@@ -423,9 +423,11 @@ def main(argv=None):
 
     if a.check:
         try:
-            print(f"{a.check}: static, {platform_name(*elf_platform(slurp(a.check), a.check))}", file=sys.stderr)
+            arch, variant = elf_platform(slurp(a.check), a.check)
         except (Refused, OSError) as err:
             fail(str(err))
+        print(f"{a.check}: static, {platform_name(arch, variant)}", file=sys.stderr)
+        print(arch)
         return
     stage = runtime_stage(a.dockerfile)
     try:
