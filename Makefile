@@ -112,7 +112,7 @@ image:
 ## index's digest). Load it with `ctr -n k8s.io images import <archive>`.
 ## make release-artifacts makes the release's, from one binary per architecture.
 IMAGE_OCI := target/image/kcm-rs-$(VERSION).oci.tar
-.PHONY: image-oci print-release-bin print-image-repository
+.PHONY: image-oci print-release-bin print-image-repository print-e2e-bin
 image-oci: release-bin
 	@python3 hack/oci-image.py --binary $(KCM_RS_RELEASE) --name $(IMAGE) \
 	  --out $(IMAGE_OCI) --version $(VERSION) --revision $(COMMIT) \
@@ -163,6 +163,8 @@ release-rehearsal:
 	hack/release-rehearsal.sh $(VERSION)
 print-image-repository:
 	@echo $(IMAGE_REPOSITORY)
+print-e2e-bin:
+	@echo $(CURDIR)/$(E2E_BIN)
 
 ## pgo-profile: remakes pgo/kcm-rs.profdata.gz from training runs of an
 ## instrumented build (hack/pgo-profile.sh; about 20 minutes, needs llvm-profdata).

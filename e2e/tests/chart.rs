@@ -543,6 +543,34 @@ fn impossible_values_fail_and_crd_objects_need_their_crds() {
             first.lines().find(|l| l.contains(needle)).unwrap_or("")
         );
     }
+    // `helm upgrade --reuse-values` from an older chart keeps that chart's
+    // defaults: a key this chart added is missing, and refused with what to
+    // run (the chart as helm sees it then: these templates, older values).
+    let older = tempfile::tempdir().expect("tempdir");
+    let copy = older.path().join("kcm-rs");
+    let status = Command::new("cp")
+        .args(["-rL", "charts/kcm-rs"])
+        .arg(&copy)
+        .current_dir(repo_root())
+        .status()
+        .expect("cp");
+    assert!(status.success());
+    let values = std::fs::read_to_string(copy.join("values.yaml")).expect("values");
+    let mut inside = false;
+    let kept: Vec<&str> = values
+        .lines()
+        .filter(|l| {
+            inside = l.starts_with("priorityClassQuota:") || (inside && l.starts_with("  "));
+            !inside
+        })
+        .collect();
+    assert!(kept.len() < values.lines().count(), "priorityClassQuota in values.yaml");
+    std::fs::write(copy.join("values.yaml"), kept.join("\n")).expect("write");
+    let got = try_helm(&["template", "kcm-rs", &copy.display().to_string(), "--namespace", "kcm-system"]);
+    assert!(
+        matches!(&got, Err(e) if e.contains("the values have no priorityClassQuota") && e.contains("--reset-then-reuse-values")),
+        "values without priorityClassQuota: {got:?}"
+    );
     let monitoring = |crds: bool, values: &[&str]| {
         let docs = parse_docs(&template(values, crds), "helm template");
         let mut kinds: Vec<String> = docs

@@ -87,6 +87,13 @@ in rbac.yaml's order. */}}
 
 {{/* Combinations that cannot work, each refused with what to change. */}}
 {{- define "kcm-rs.validate" -}}
+{{- /* helm upgrade --reuse-values keeps the old chart's defaults: keys this
+chart added are missing, which would render nil (or fail obscurely). */ -}}
+{{- range $key := list "priorityClassQuota" "podAnnotations" "podLabels" -}}
+{{- if not (hasKey $.Values $key) -}}
+{{- fail (printf "the values have no %s, which chart %s added: they come from an older chart's release (helm upgrade --reuse-values keeps that chart's defaults); upgrade with --reset-then-reuse-values, or with -f your values file (charts/kcm-rs/UPGRADING.md)" $key $.Chart.Version) -}}
+{{- end -}}
+{{- end -}}
 {{- if and (not .Values.leaderElection.enabled) (gt (int .Values.replicas) 1) -}}
 {{- fail (printf "leaderElection.enabled=false with replicas=%d: every replica would run the controllers at once (two Job controllers create pods twice); set replicas=1 or enable leader election" (int .Values.replicas)) -}}
 {{- end -}}

@@ -246,8 +246,8 @@ pub async fn scenario(node: &Node, r: &mut super::Report, p: &mut Problems, clie
     let a_commit = before.values().next().cloned().unwrap_or_default();
     install.commits = before.values().cloned().collect();
 
-    // --reuse-values alone keeps the old values without the new chart's
-    // defaults: UPGRADING.md says it fails before anything changes.
+    // --reuse-values alone keeps the old chart's defaults: the chart refuses
+    // it before anything changes, saying what to run (UPGRADING.md).
     let reuse = support::try_helm(&["upgrade", "kcm-rs", "charts/kcm-rs", "-n", ns, "--reuse-values"]);
     let history = support::run_helm(&["history", "kcm-rs", "-n", ns, "-o", "json"]);
     let revisions = serde_json::from_str::<serde_json::Value>(&history)
@@ -255,7 +255,10 @@ pub async fn scenario(node: &Node, r: &mut super::Report, p: &mut Problems, clie
         .and_then(|h| h.as_array().map(Vec::len))
         .unwrap_or(0);
     p.check(
-        reuse.as_ref().is_err_and(|e| e.contains("nil pointer")) && revisions == 1,
+        reuse
+            .as_ref()
+            .is_err_and(|e| e.contains("--reset-then-reuse-values"))
+            && revisions == 1,
         format!(
             "helm upgrade --reuse-values from {prev_version} fails before any change (revisions: {revisions}): {}",
             match &reuse {
@@ -364,7 +367,7 @@ pub async fn scenario(node: &Node, r: &mut super::Report, p: &mut Problems, clie
                 Ok(_) => "succeeded (unexpected)".to_string(),
                 Err(e) => format!(
                     "refused, nothing changed (`{}`)",
-                    e.lines().find(|l| l.contains("nil pointer")).unwrap_or("").trim()
+                    e.lines().find(|l| l.contains("--reset-then-reuse-values")).unwrap_or("").trim()
                 ),
             },
             steps_markdown(&steps),
