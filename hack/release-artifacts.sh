@@ -145,6 +145,9 @@ elif [[ -z "$key" ]]; then
   die "COSIGN_KEY is not set: the release key (its public half is release/cosign.pub), as a path or env://COSIGN_PRIVATE_KEY, with COSIGN_PASSWORD; COSIGN_KEY=ephemeral for a dry run"
 fi
 export COSIGN_YES=true
+# Keyed signing and verification need no Sigstore root; without these cosign
+# still tries to fetch one over the network when it verifies.
+export TUF_ROOT="$work/tuf" TUF_MIRROR=file:///nonexistent
 predicate="$dist/kcm-rs-$version.provenance.json"
 for f in $(cd "$dist" && ls | LC_ALL=C sort); do
   [[ "$f" == ephemeral-cosign.pub ]] && continue
@@ -154,7 +157,7 @@ for f in $(cd "$dist" && ls | LC_ALL=C sort); do
     kcm-rs-"$version"-linux-*.build-info.json) ;;
     kcm-rs-"$version"-linux-* | kcm-rs-"$version".oci.tar | kcm-rs-chart-*.tgz)
       "$cosign" attest-blob --key "$key" --tlog-upload=false --type slsaprovenance1 --predicate "$predicate" \
-        --output-attestation "$dist/$f.intoto.json" "$dist/$f" >/dev/null 2>"$work/cosign.log" ||
+        --output-signature "$dist/$f.intoto.json" "$dist/$f" >/dev/null 2>"$work/cosign.log" ||
         { cat "$work/cosign.log" >&2; die "cosign attest-blob $f failed"; }
       ;;
   esac

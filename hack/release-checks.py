@@ -18,6 +18,7 @@ may be shallow) and without a network:
   - a KCM flag in the docs switches off kcm-rs's controllers but drops
     bootstrapsigner,tokencleaner (kubeadm turns them on; `*` does not
     include them, so join tokens would stop working);
+  - release/cosign.pub is not a PEM public key;
   - CHANGELOG.md is not Keep a Changelog: `## [Unreleased]` first, then
     `## [X.Y.Z] - YYYY-MM-DD` sections, newest first, each with its link
     reference at the bottom.
@@ -217,8 +218,18 @@ def check_kcm_flags(root=ROOT):
     return seen
 
 
+def check_release_key(root=ROOT):
+    """release/cosign.pub: one PEM public key (what users verify releases with)."""
+    text = read("release/cosign.pub", root)
+    m = re.fullmatch(r"-----BEGIN PUBLIC KEY-----\n([A-Za-z0-9+/=\n]+)-----END PUBLIC KEY-----\n?", text)
+    if not m:
+        raise Problem("release/cosign.pub is not one PEM public key (cosign generate-key-pair's cosign.pub)")
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def check(root=ROOT):
     out = [f"chart {check_chart(root)} recorded, UPGRADING.md has it"]
+    out.append(f"release/cosign.pub is a PEM public key (sha256 {check_release_key(root)}...)")
     out.append(f"{check_kcm_flags(root)} KCM --controllers flags in the docs keep bootstrapsigner,tokencleaner")
     out.append(f"image repository {check_image_repository(root)} in Makefile, values.yaml, kustomization")
     n = len(changelog_sections(read("CHANGELOG.md", root))) - 1

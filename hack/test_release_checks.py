@@ -183,7 +183,7 @@ class Changelog(unittest.TestCase):
 
 class ThisRepository(unittest.TestCase):
     def test_passes(self):
-        self.assertEqual(len(rc.check()), 4)
+        self.assertEqual(len(rc.check()), 5)
 
 
 if __name__ == "__main__":
