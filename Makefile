@@ -24,7 +24,8 @@ DOCKER_BUILD_ARGS = --build-arg VERSION=$(VERSION) --build-arg KCM_RS_GIT_COMMIT
 # The release binary (make release-bin; kcm-bench's default --kcm-rs): static,
 # for RUST_TARGET, the host's target triple (x86_64-unknown-linux-gnu here).
 RUST_TARGET ?= $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
-KCM_RS_RELEASE := target/pgo/$(RUST_TARGET)/release/kcm-rs
+RELEASE_TARGET_DIR ?= target/pgo
+KCM_RS_RELEASE := $(RELEASE_TARGET_DIR)/$(RUST_TARGET)/release/kcm-rs
 
 .PHONY: run run-examples test lint unit e2e differential bench bench-decode chaos chaos-seeds handover controlplane fmt clean-run \
 	check-tools monitoring image kind-up release release-bin pgo-profile
@@ -130,7 +131,7 @@ image-oci: release-bin
 ## hack/oci-image.py --check if anything in it is dynamic.
 release-bin:
 	KCM_RS_GIT_COMMIT=$(COMMIT) RUSTFLAGS="$${RUSTFLAGS:-} -C target-feature=+crt-static $$(hack/pgo-flags.sh)" \
-	  $(CARGO) build --release --locked -p kcm-rs --target $(RUST_TARGET) --target-dir target/pgo
+	  $(CARGO) build --release --locked -p kcm-rs --target $(RUST_TARGET) --target-dir $(RELEASE_TARGET_DIR)
 	@python3 hack/oci-image.py --check $(KCM_RS_RELEASE)
 
 print-release-bin:
