@@ -747,7 +747,8 @@ async fn chart_renders_the_kustomize_overlays_and_both_pass_a_server_side_dry_ru
     everything_set(&only(3));
     // Outside kube-system, a ResourceQuota for the PriorityClass; none in
     // kube-system (the defaults above), nor without a system-*-critical class.
-    let quota = find(&only(4), "ResourceQuota", "kcm-rs-critical-pods");
+    let outside = only(4);
+    let quota = find(&outside, "ResourceQuota", "kcm-rs-critical-pods");
     assert_eq!(quota["metadata"]["namespace"], "kcm-system");
     assert_eq!(
         quota["spec"],

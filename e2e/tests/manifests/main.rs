@@ -118,7 +118,8 @@ fn every_manifest_parses_with_the_expected_kinds() {
         let image = &container(deployment.expect("Deployment"))["image"];
         // The release's repository (hack/release-checks.py holds it equal to
         // the Makefile's and the chart's) and version.
-        let repository = text(&docs("base/kustomization.yaml")[0]["images"][0]["newName"]);
+        let kustomization = docs("base/kustomization.yaml");
+        let repository = text(&kustomization[0]["images"][0]["newName"]);
         let tagged = format!("{repository}:{}", env!("CARGO_PKG_VERSION"));
         assert_eq!(image, tagged.as_str(), "kustomize manifests/{dir}");
     }

@@ -18,7 +18,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kcm_e2e::binaries::repo_root;
 use kcm_e2e::manifests as support;
 use kube::api::ListParams;
-use kube::{Api, ResourceExt};
+use kube::Api;
 
 use super::checks::{Problems, SELECTOR};
 use super::node::{Node, run};
@@ -112,7 +112,7 @@ pub async fn step(node: &Node, client: &kube::Client, ns: &str, token: &str, wha
         .get("kcm-rs")
         .await
         .expect("Deployment");
-    let template = dep.spec.as_ref().map(|s| s.template.clone()).unwrap_or_default();
+    let template = dep.spec.template.clone();
     let chart = template
         .metadata
         .as_ref()
@@ -196,6 +196,48 @@ pub fn steps_markdown(steps: &[Step]) -> String {
     s
 }
 
+/// A pod of system-cluster-critical in a namespace without a quota for the
+/// class is refused; the chart's ResourceQuota (rendered for that namespace)
+/// applied, the same pod is admitted.
+async fn gke_quota(node: &Node, client: &kube::Client, p: &mut Problems) -> String {
+    let ns = "gke-check";
+    node.kubectl(&["create", "namespace", ns]);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "critical"},
+        "spec": {"priorityClassName": "system-cluster-critical", "nodeName": "none",
+                 "containers": [{"name": "c", "image": "busybox:1.36"}]}
+    }))
+    .expect("pod");
+    let refused = match pods.create(&Default::default(), &pod).await {
+        Ok(_) => "admitted".to_string(),
+        Err(e) => e.to_string(),
+    };
+    p.check(
+        refused.contains("insufficient quota to match these scopes"),
+        format!("without a quota, a system-cluster-critical pod is refused: {refused}"),
+    );
+    let rendered = support::run_helm(&["template", "kcm-rs", "charts/kcm-rs", "-n", ns, "--show-only", "templates/resourcequota.yaml"]);
+    let file = node.out.join("gke-quota.yaml");
+    std::fs::write(&file, &rendered).expect("quota file");
+    node.kubectl(&["apply", "-f", &file.display().to_string()]);
+    let admitted = pods.create(&Default::default(), &pod).await;
+    p.check(
+        admitted.is_ok(),
+        format!("with the chart's quota the same pod is admitted: {:?}", admitted.as_ref().err()),
+    );
+    let _ = pods.delete("critical", &Default::default()).await;
+    format!(
+        "This session's API server limits critical pods as GKE does (`--admission-control-config-file`: the ResourceQuota plugin's \
+         `limitedResources` for pods of `system-node-critical` and `system-cluster-critical`).\n\n\
+         - A `system-cluster-critical` pod in `{ns}`, no quota: `{}`\n\
+         - `helm template -n {ns} --show-only templates/resourcequota.yaml` applied (`kcm-rs-critical-pods`), the same pod: {}\n\
+         - In `kcm-system`, the previous chart (no quota of its own) needs one made by hand, as a GKE user had to: `by-hand`, scoped to the class.\n",
+        refused.trim(),
+        if admitted.is_ok() { "admitted" } else { "refused" }
+    )
+}
+
 /// The image name's repository and tag.
 pub fn split_image(name: &str) -> (&str, &str) {
     name.rsplit_once(':').expect("name:tag")
@@ -230,6 +272,21 @@ pub async fn scenario(node: &Node, r: &mut super::Report, p: &mut Problems, clie
         ),
     );
 
+    // GKE's limit (this session's API server has it, node.rs): a critical
+    // pod is refused where no quota covers its class; the chart's own quota
+    // (0.2.0, outside kube-system) lets it in. The previous chart had none:
+    // a GKE user had to make one by hand, as here in kcm-system.
+    let gke = gke_quota(node, &client, p).await;
+    node.kubectl(&["create", "namespace", ns]);
+    let by_hand = serde_json::json!({"apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "by-hand", "namespace": ns},
+        "spec": {"hard": {"pods": "10"}, "scopeSelector": {"matchExpressions": [
+            {"scopeName": "PriorityClass", "operator": "In", "values": ["system-cluster-critical"]}]}}});
+    let file = node.out.join("by-hand-quota.json");
+    std::fs::write(&file, by_hand.to_string()).expect("quota file");
+    node.kubectl(&["apply", "-f", &file.display().to_string()]);
+    r.section("GKE's PriorityClass quota", &gke);
+
     // The previous chart, with image A (its default repository was kcm-rs).
     let mut install = step(
         node,
@@ -237,7 +294,7 @@ pub async fn scenario(node: &Node, r: &mut super::Report, p: &mut Problems, clie
         ns,
         "",
         &format!("install {prev_version}"),
-        &["install", "kcm-rs", &prev_dir, "--create-namespace", "--set", &set_repo, "--set", &set_a],
+        &["install", "kcm-rs", &prev_dir, "--set", &set_repo, "--set", &set_a],
     )
     .await;
     let token = upgrade::metrics_token(node, ns).await;
