@@ -216,7 +216,11 @@ pub const AGREE: &[&str] = &[
     "ctr/ports/0/containerPort = --secure-port",
     "ctr/livenessProbe/httpGet/path = /livez",
     "ctr/readinessProbe/httpGet/path = /readyz",
-    "ctr/livenessProbe/httpGet/port = ctr/ports/0/name",
+    // The probes ask the health port (plain HTTP, a thread of its own).
+    "ctr/ports/1/containerPort = --health-port",
+    "ctr/livenessProbe/httpGet/port = ctr/ports/1/name",
+    "ctr/readinessProbe/httpGet/port = ctr/ports/1/name",
+    "ctr/livenessProbe/httpGet/scheme = HTTP",
     "ctr/securityContext/readOnlyRootFilesystem = true",
     "pod/spec/securityContext/runAsNonRoot = true",
     "base/service.yaml#0/spec/ports/0/targetPort = ctr/ports/0/name",

@@ -122,6 +122,17 @@ pub struct Flags {
     #[arg(long = "secure-port", alias = "port", default_value_t = 10257)]
     pub port: u16,
 
+    /// Plain-HTTP port for /healthz, /livez and /readyz alone, served on a
+    /// thread of its own so that the kubelet's probes are answered whatever
+    /// floods the secure port (not a KCM flag; the chart and manifests
+    /// probe it). 0 (the default, as KCM): the probes use the secure port.
+    #[arg(long, default_value_t = 0)]
+    pub health_port: u16,
+
+    /// Address of the health port; unset: --bind-address.
+    #[arg(long)]
+    pub health_bind_address: Option<IpAddr>,
+
     /// Serving certificate (PEM, with intermediates); with
     /// --tls-private-key-file. Unset: a self-signed certificate.
     #[arg(long)]

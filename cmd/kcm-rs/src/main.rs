@@ -284,23 +284,27 @@ async fn run(
     }
     let status = Arc::new(serve::Status::default());
     *status.standby.write() = flags.leader_elect;
-    let server = if flags.port != 0 {
+    // The controllers' runtime turns, or /healthz and /livez say it does not.
+    status.checks.write().push((
+        "runtime".to_string(),
+        serve::runtime_heartbeat(stop.clone()),
+    ));
+    let health = (flags.health_port != 0).then(|| {
+        let ip = flags.health_bind_address.unwrap_or(flags.bind_address);
+        SocketAddr::new(ip, flags.health_port)
+    });
+    let mut servers = Vec::new();
+    if flags.port != 0 {
         let addr = SocketAddr::new(flags.bind_address, flags.port);
         let delegate = delegated_auth(&flags).await?;
-        Some(
-            serve::serve(
-                addr,
-                Arc::clone(&status),
-                stop.clone(),
-                &tls_options(&flags),
-                delegate,
-            )
-            .await
-            .map_err(|e| Failure::User(e.to_string()))?,
-        )
-    } else {
-        None
-    };
+        let tls = tls_options(&flags);
+        let secure = serve::serve_secure(addr, Arc::clone(&status), stop.clone(), &tls, delegate);
+        servers.push(secure.await.map_err(|e| Failure::User(e.to_string()))?);
+    }
+    if let Some(addr) = health {
+        let health = serve::serve_health(addr, Arc::clone(&status), stop.clone());
+        servers.push(health.map_err(|e| Failure::User(e.to_string()))?);
+    }
     {
         let stop = stop.clone();
         tokio::spawn(async move {
@@ -430,8 +434,9 @@ async fn run(
     if let Some(e) = elector.as_mut() {
         e.release().await;
     }
-    if let Some(server) = server {
-        let _ = server.await;
+    // The servers stop with `stop`; their threads finish in-flight answers.
+    for t in servers {
+        let _ = tokio::task::spawn_blocking(move || t.join()).await;
     }
     tracing::info!("stopped");
     Ok(())

@@ -1,9 +1,14 @@
 //! /healthz (one check per running controller), /readyz (informers synced)
 //! and /metrics (Prometheus text format), as KCM serves them: over HTTPS
-//! behind delegated authentication and authorization (`kcm-serving`).
+//! behind delegated authentication and authorization (`kcm-serving`), on
+//! a thread of its own; and /healthz, /livez and /readyz again on the
+//! health port (`--health-port`, plain HTTP, another thread), for the
+//! kubelet's probes. A `runtime` check fails when the controllers' runtime
+//! stops turning, which the health thread would not otherwise notice.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path, Query, State};
@@ -12,7 +17,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use kcm_runtime::controller::Health;
 use kcm_runtime::informer::InformerFactory;
-use kcm_serving::{Delegate, SecureServer, ServeError, TlsOptions};
+use kcm_serving::{Delegate, HealthServer, SecureServer, ServeError, TlsOptions};
 use parking_lot::RwLock;
 use tokio_util::sync::CancellationToken;
 
@@ -128,18 +133,91 @@ pub fn router(status: Shared) -> Router {
         .with_state(status)
 }
 
-/// Binds and serves over HTTPS until `stop` fires. Certificate and binding
-/// errors are returned at once (start-up errors, not log lines).
-pub async fn serve(
+/// The health port's routes: the always-allowed ones.
+pub fn health_router(status: Shared) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/livez", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(status)
+}
+
+/// The paths [`router`] answers (the others get 404 before any review):
+/// one per route, and `/healthz/<check>` only for a check that exists.
+fn served(status: Shared) -> kcm_serving::Served {
+    Arc::new(move |path: &str| match path {
+        "/healthz" | "/livez" | "/readyz" | "/metrics" | "/healthz/ping" => true,
+        _ => path
+            .strip_prefix("/healthz/")
+            .is_some_and(|name| status.checks.read().iter().any(|(n, _)| n == name)),
+    })
+}
+
+/// How long the controllers' runtime may go without a turn of its
+/// heartbeat before `/healthz` and `/livez` fail.
+pub const RUNTIME_STALL: Duration = Duration::from_secs(30);
+
+/// A check that fails when the current runtime stops running its tasks
+/// (a task that blocks its thread): a task stamps the time every second.
+pub fn runtime_heartbeat(stop: CancellationToken) -> Health {
+    let clock = kcm_runtime::clock::Clock::system();
+    let health = Health::healthy_on("runtime", clock.clone());
+    let beat = Arc::new(parking_lot::Mutex::new(clock.instant()));
+    {
+        let beat = Arc::clone(&beat);
+        let clock = clock.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = every.tick() => *beat.lock() = clock.instant(),
+                }
+            }
+        });
+    }
+    health.add_check(move |now| {
+        let since = now.saturating_duration_since(*beat.lock());
+        if since > RUNTIME_STALL {
+            Err(format!(
+                "the controllers' runtime has not run its tasks for {since:?}"
+            ))
+        } else {
+            Ok(())
+        }
+    });
+    health
+}
+
+/// Binds and serves over HTTPS until `stop` fires, on a thread of its
+/// own. Certificate and binding errors are returned at once (start-up
+/// errors, not log lines).
+pub async fn serve_secure(
     addr: SocketAddr,
     status: Shared,
     stop: CancellationToken,
     tls: &TlsOptions,
     delegate: Delegate,
-) -> Result<tokio::task::JoinHandle<()>, ServeError> {
+) -> Result<std::thread::JoinHandle<()>, ServeError> {
     kcm_runtime::metrics::register_build_info(env!("CARGO_PKG_VERSION"), env!("KCM_RS_GIT_COMMIT"));
-    let server = SecureServer::bind(addr, tls, delegate).await?;
-    Ok(server.spawn(router(status), stop))
+    let server = SecureServer::bind(addr, tls, delegate)
+        .await?
+        .with_served(served(Arc::clone(&status)));
+    server
+        .spawn_thread(router(status), stop)
+        .map_err(|source| ServeError::Bind { addr, source })
+}
+
+/// Binds and serves the health port until `stop` fires, on a thread of
+/// its own.
+pub fn serve_health(
+    addr: SocketAddr,
+    status: Shared,
+    stop: CancellationToken,
+) -> Result<std::thread::JoinHandle<()>, ServeError> {
+    HealthServer::bind(addr)?
+        .spawn_thread(health_router(status), stop)
+        .map_err(|source| ServeError::Bind { addr, source })
 }
 
 #[cfg(test)]

@@ -349,6 +349,23 @@ async fn wait_holder(
     }
 }
 
+/// `GET path` over plain HTTP on a new connection: the status (0: none).
+async fn plain_get(port: u16, path: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return 0;
+    };
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut out = String::new();
+    if s.write_all(req.as_bytes()).await.is_err() || s.read_to_string(&mut out).await.is_err() {
+        return 0;
+    }
+    out.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
 async fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
     kcm_e2e::https::get(port, path).await
 }
@@ -466,9 +483,22 @@ async fn endpoints_serve_health_readiness_and_upstream_metric_families() {
         .await
         .expect("ns");
     let port = free_port();
-    let _p = start(&ns.name, port, &[]);
+    let health_port = free_port();
+    let _p = start(&ns.name, port, &[&format!("--health-port={health_port}")]);
     let health = wait_http(port, "/healthz?verbose", 200).await;
     assert!(health.contains("[+]ping ok"), "{health}");
+    assert!(health.contains("[+]runtime ok"), "{health}");
+    // The health port: the probes' paths alone, in plain HTTP.
+    for (path, want) in [
+        ("/livez", 200),
+        ("/readyz", 200),
+        ("/healthz", 200),
+        ("/metrics", 404),
+    ] {
+        assert_eq!(plain_get(health_port, path).await, want, "{path}");
+    }
+    // A path the secure port does not serve: 404 before any review.
+    assert_eq!(http_get(port, "/apis/anything").await.expect("get").0, 404);
     wait_http(port, "/readyz", 200).await;
     let health = wait_http(port, "/healthz?verbose", 200).await;
     assert!(

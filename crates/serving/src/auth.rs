@@ -34,6 +34,7 @@ use tokio::time::Instant;
 
 use crate::known::Known;
 use crate::review::{Flights, Gate, Lane};
+use tokio::sync::SemaphorePermit;
 
 /// KCM's `--authentication-token-webhook-cache-ttl` and authorization
 /// cache TTLs (allowed and denied alike).
@@ -43,6 +44,17 @@ pub const CACHE_TTL: Duration = Duration::from_secs(10);
 const CACHE_MAX: usize = 4096;
 /// The group that is always authorized.
 pub const MASTERS: &str = "system:masters";
+/// The paths whose authorization makes a token, a decision and a
+/// connection *known* (`known.rs`, `conn.rs`): what a scrape needs, and
+/// nothing every authenticated user may be allowed (`system:discovery`
+/// and `system:public-info-viewer` grant `/version`, `/api/*`, `/healthz`
+/// and more to anyone with a token).
+pub const TRUST_PATHS: &[&str] = &["/metrics"];
+
+/// Does an authorized request for `path` earn trust?
+pub fn earns_trust(path: &str) -> bool {
+    TRUST_PATHS.contains(&path)
+}
 
 /// The group every authenticated user is in.
 pub const AUTHENTICATED: &str = "system:authenticated";
@@ -142,6 +154,12 @@ impl<V: Clone> Ttl<V> {
 pub struct Metrics {
     pub authn: IntCounterVec,
     pub authz: IntCounterVec,
+    /// `kcm_rs_secure_serving_reviews_limited_total{review,bound}`: reviews
+    /// not made because a bound refused them (`review.rs`).
+    pub limited: IntCounterVec,
+    /// `kcm_rs_secure_serving_untrusted_requests_total{outcome}`: requests
+    /// that took turns (`pace.rs`), admitted or refused (429).
+    pub untrusted: IntCounterVec,
     /// The secure port's connections (`conn.rs`).
     pub conns: crate::conn::ConnMetrics,
 }
@@ -164,6 +182,34 @@ impl Metrics {
                 "apiserver_delegated_authz_request_total",
                 "Number of HTTP requests partitioned by status code.",
             ),
+            limited: {
+                let c = IntCounterVec::new(
+                    prometheus::Opts::new(
+                        "kcm_rs_secure_serving_reviews_limited_total",
+                        "TokenReviews (review=token) and SubjectAccessReviews (review=access) \
+                         the secure port did not make, answering 429, by the bound that \
+                         refused them: the user's rate, the source's, or the whole server's.",
+                    ),
+                    &["review", "bound"],
+                )
+                .expect("constant metric options are valid");
+                let _ = registry.register(Box::new(c.clone()));
+                c
+            },
+            untrusted: {
+                let c = IntCounterVec::new(
+                    prometheus::Opts::new(
+                        "kcm_rs_secure_serving_untrusted_requests_total",
+                        "Requests on the secure port from clients not authorized for a scrape \
+                         before, which take turns: admitted, or refused with 429 when no turn \
+                         came in time.",
+                    ),
+                    &["outcome"],
+                )
+                .expect("constant metric options are valid");
+                let _ = registry.register(Box::new(c.clone()));
+                c
+            },
             conns: crate::conn::ConnMetrics::register(registry),
         }
     }
@@ -319,21 +365,58 @@ impl Delegate {
         self.cached_decision(&key).is_none() && !self.known.contains(&key)
     }
 
-    /// `user` was just authorized to `verb` `path` (with `bearer`, when the
-    /// token authenticated them): both take the known lane from now on.
-    pub fn remember(&self, bearer: Option<&str>, user: &User, verb: &str, path: &str) {
-        if let Some(token) = bearer {
-            self.known.admit(&key_of([token]), &user.name);
+    /// Was this credential (a verified certificate's user, else a bearer
+    /// token) authorized for a scrape before? A pure lookup: no review.
+    pub fn known_credential(&self, cert_user: Option<&User>, bearer: Option<&str>) -> bool {
+        match (cert_user, bearer) {
+            (Some(u), _) => self.known.contains(&cert_key(u)),
+            (None, Some(token)) => self.known.contains(&key_of([token])),
+            (None, None) => false,
+        }
+    }
+
+    /// `user` was just authorized to `verb` `path`, a path that earns
+    /// trust (by `cert_user`'s certificate, else `bearer`): the credential
+    /// and the decision take the known lane from now on.
+    pub fn remember(
+        &self,
+        bearer: Option<&str>,
+        cert_user: Option<&User>,
+        user: &User,
+        verb: &str,
+        path: &str,
+    ) {
+        match (cert_user, bearer) {
+            (Some(u), _) => self.known.admit(&cert_key(u), &user.name),
+            (None, Some(token)) => self.known.admit(&key_of([token]), &user.name),
+            (None, None) => {}
         }
         self.known
             .admit(&decision_key(user, verb, path), &user.name);
     }
 
-    fn lane(&self, key: &str, origin: Origin) -> Lane {
+    fn lane<'a>(&self, key: &str, origin: Origin, user: Option<&'a str>) -> Lane<'a> {
         if origin.trusted || self.known.contains(key) {
             Lane::Known
         } else {
-            Lane::Unknown(origin.source)
+            Lane::Unknown {
+                source: origin.source,
+                user,
+            }
+        }
+    }
+
+    /// A review slot, counting a refusal by the bound that refused it.
+    async fn enter(&self, review: &'static str, lane: Lane<'_>) -> Option<SemaphorePermit<'_>> {
+        match self.gate.enter(lane).await {
+            Ok(p) => Some(p),
+            Err(limit) => {
+                self.metrics
+                    .limited
+                    .with_label_values(&[review, limit.label()])
+                    .inc();
+                None
+            }
         }
     }
 
@@ -355,7 +438,7 @@ impl Delegate {
         if let Some(hit) = self.cached_token(key) {
             return hit;
         }
-        let Some(_slot) = self.gate.enter(self.lane(key, origin)).await else {
+        let Some(_slot) = self.enter("token", self.lane(key, origin, None)).await else {
             return Authn::Overloaded;
         };
         let review = TokenReview {
@@ -442,7 +525,8 @@ impl Delegate {
         if let Some(hit) = self.cached_decision(key) {
             return hit;
         }
-        let Some(_slot) = self.gate.enter(self.lane(key, origin)).await else {
+        let lane = self.lane(key, origin, Some(&user.name));
+        let Some(_slot) = self.enter("access", lane).await else {
             return Authz::Overloaded;
         };
         let review = SubjectAccessReview {
@@ -479,6 +563,13 @@ impl Delegate {
     pub fn flights(&self) -> (usize, usize) {
         (self.token_flights.len(), self.decision_flights.len())
     }
+}
+
+/// A certificate's user, as a known-list key.
+fn cert_key(user: &User) -> String {
+    let mut parts = vec!["certificate", user.name.as_str()];
+    parts.extend(user.groups.iter().map(String::as_str));
+    key_of(parts)
 }
 
 /// The authorization cache key: everything the SubjectAccessReview is

@@ -12,19 +12,23 @@
 //! another, the first of these kinds that has one, oldest first:
 //! 1. half-open: read, and it had sent nothing [`HALF_OPEN_AFTER`] after
 //!    it was accepted;
-//! 2. every request in flight waits for a review of a credential never
-//!    authorized (a random token: `auth.rs`), on a connection that never
-//!    had a request authorized;
-//! 3. between requests, after a refusal (401, 403, 429, 413...), never
-//!    authorized;
+//! 2. every request in flight waits for its turn (`pace.rs`) or for a
+//!    review of a credential never authorized (a random token: `auth.rs`),
+//!    on a connection never authorized for a scrape;
+//! 3. between requests, after a refusal (401, 403, 404, 429, 413...),
+//!    never authorized for a scrape;
 //! 4. lingering: answered and closing, its input being discarded;
 //! 5. nothing received yet, younger than [`HALF_OPEN_AFTER`] or not read
 //!    yet (a client's first bytes trail its connect, and a task starved
 //!    under load reads them late: a scraper connecting amid a flood of
 //!    reviews must not be taken for half-open; and amid a burst of new
 //!    connections, those that said nothing go before a scraper that spoke);
-//! 6. handshaking, sending headers or idle, never authorized;
-//! 7. between requests, once authorized (a scraper's keep-alive).
+//! 6. handshaking, sending headers or idle, never authorized for a scrape;
+//! 7. between requests, once authorized for a scrape (a scraper's
+//!    keep-alive), or once a request showed a credential that was.
+//!
+//! Only a scrape earns trust (`auth::TRUST_PATHS`): `/version` or
+//! `/healthz`, which any authenticated user may be allowed, earn nothing.
 //!
 //! A connection inside any other request (answered, or waiting on a review
 //! of what was authorized before) is never closed, so a crowd of
@@ -78,9 +82,11 @@ pub struct ConnState {
     /// When the phase began, in ms since `epoch`.
     since_ms: AtomicU64,
     in_flight: AtomicUsize,
-    /// Requests in flight that wait for a review of an unknown credential.
+    /// Requests in flight that wait for their turn or for a review of an
+    /// unknown credential.
     unknown: AtomicUsize,
-    /// A request on it was authorized.
+    /// A request on it was authorized for a scrape, or showed a credential
+    /// that was.
     trusted: AtomicBool,
     /// A request on it was refused (and none authorized).
     refused: AtomicBool,
@@ -143,14 +149,15 @@ impl ConnState {
         Busy(Arc::clone(self))
     }
 
-    /// The request that called this waits for a review of a credential
-    /// never authorized, until the guard drops.
+    /// The request that called this waits for its turn or for a review of
+    /// a credential never authorized, until the guard drops.
     pub fn waiting_unknown(self: &Arc<Self>) -> UnknownWait {
         self.unknown.fetch_add(1, Ordering::Relaxed);
         UnknownWait(Arc::clone(self))
     }
 
-    /// A request on this connection was authorized.
+    /// A request on this connection was authorized for a scrape, or showed
+    /// a credential that was.
     pub fn trust(&self) {
         self.trusted.store(true, Ordering::Relaxed);
     }

@@ -28,7 +28,10 @@ pub mod auth;
 pub mod ciphers;
 pub mod close;
 pub mod conn;
+pub mod health;
 pub mod known;
+pub mod pace;
+pub mod rate;
 pub mod reload;
 pub mod review;
 pub mod server;
@@ -40,6 +43,8 @@ mod flood_tests;
 mod server_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod trust_tests;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -50,6 +55,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use auth::{Authn, Authz, Delegate, Metrics, Origin, User};
 pub use ciphers::{CipherSuite, MinVersion, parse_cipher_suite, parse_min_version};
+pub use health::HealthServer;
+pub use server::Served;
 pub use tls::TlsOptions;
 
 /// KCM's `--authorization-always-allow-paths` default.
@@ -95,7 +102,9 @@ pub enum ServeError {
 /// a scraper's SYN (a 1 s retransmit) behind a burst of connections.
 const BACKLOG: u32 = 4096;
 
-fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+/// A listening socket, not yet registered with any runtime (it is served
+/// on a thread and runtime of its own).
+fn listen_std(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     let socket = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {
@@ -103,15 +112,34 @@ fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
-    socket.listen(BACKLOG)
+    let listener = socket.listen(BACKLOG)?;
+    let std = listener.into_std()?;
+    Ok(std)
+}
+
+/// Runs `serve` on an OS thread with a single-threaded runtime of its own:
+/// what floods one listener cannot take the controllers' thread, and the
+/// OS scheduler shares the CPU between the threads whatever their tasks do.
+fn on_own_thread<F, Fut>(name: &str, serve: F) -> std::io::Result<std::thread::JoinHandle<()>>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || runtime.block_on(serve()))
 }
 
 /// A bound, configured server, not yet accepting.
 pub struct SecureServer {
-    listener: tokio::net::TcpListener,
+    listener: std::net::TcpListener,
     tls: Arc<reload::Reloader>,
     tracker: Arc<conn::Tracker>,
     delegate: Arc<Delegate>,
+    served: Served,
 }
 
 impl SecureServer {
@@ -123,12 +151,13 @@ impl SecureServer {
     ) -> Result<Self, ServeError> {
         let reloader = reload::Reloader::new(tls)?;
         let conns = delegate.metrics().conns.clone();
-        let listener = listen(addr).map_err(|source| ServeError::Bind { addr, source })?;
+        let listener = listen_std(addr).map_err(|source| ServeError::Bind { addr, source })?;
         Ok(SecureServer {
             listener,
             tls: Arc::new(reloader),
             tracker: conn::Tracker::new(conn::MAX_CONNECTIONS, conns),
             delegate: Arc::new(delegate),
+            served: Arc::new(|_: &str| true),
         })
     }
 
@@ -142,19 +171,44 @@ impl SecureServer {
         self
     }
 
-    /// Serves `app` (every route behind the check) until `stop`, reloading
-    /// the certificate files when they change.
+    /// Which paths the router serves (default: all); the others are
+    /// answered 404 before any review.
+    pub fn with_served(mut self, served: Served) -> Self {
+        self.served = served;
+        self
+    }
+
+    /// Serves `app` on a thread and runtime of its own until `stop`.
+    pub fn spawn_thread(
+        self,
+        app: Router,
+        stop: CancellationToken,
+    ) -> std::io::Result<std::thread::JoinHandle<()>> {
+        on_own_thread("kcm-rs-serving", move || self.serve(app, stop))
+    }
+
+    /// Serves `app` on the current runtime (every route behind the check)
+    /// until `stop`, reloading the certificate files when they change.
     pub fn spawn(self, app: Router, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(self.serve(app, stop))
+    }
+
+    async fn serve(self, app: Router, stop: CancellationToken) {
         let conns = self.delegate.metrics().conns.clone();
-        let app = server::guarded(app, self.delegate);
+        let guard = server::Guard {
+            delegate: self.delegate,
+            served: self.served,
+            pacer: pace::Pacer::default(),
+        };
+        let app = server::guarded(app, Arc::new(guard));
+        let listener = match tokio::net::TcpListener::from_std(self.listener) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!("secure port: {e}");
+                return;
+            }
+        };
         Arc::clone(&self.tls).spawn_poll(stop.clone());
-        tokio::spawn(server::run(
-            self.listener,
-            self.tls,
-            self.tracker,
-            app,
-            conns,
-            stop,
-        ))
+        server::run(listener, self.tls, self.tracker, app, conns, stop).await;
     }
 }

@@ -1,22 +1,25 @@
 //! Bounds on the delegated reviews, so that a flood of requests with
-//! distinct bogus tokens (or paths) costs a bounded number of concurrent
-//! TokenReviews and SubjectAccessReviews, a bounded share of the review
-//! clients' budget and bounded memory:
+//! distinct bogus tokens (or any token and any path) costs a bounded number
+//! of concurrent TokenReviews and SubjectAccessReviews, a bounded rate of
+//! them per user, per source and for the whole server, and bounded memory:
 //!
 //! * [`Gate`]: two lanes. The known lane (tokens and decisions that were
-//!   authorized before, or any request on a connection that was) has
-//!   [`MAX_KNOWN`] reviews of its own and queues only behind its own kind.
-//!   The unknown lane has [`MAX_UNKNOWN`] reviews, at most [`UNKNOWN_QPS`]
-//!   started per second (half the review clients' 200 QPS, so the clients'
-//!   token bucket never empties under a flood and a known review never waits
-//!   in it), at most [`MAX_WAITING`] waiting and at most
-//!   [`MAX_WAITING_PER_SOURCE`] of them from one source address (an IPv6
-//!   /64 counts as one), so one client cannot fill the queue ahead of
-//!   another. A request waits at most [`REVIEW_WAIT`]; else 429. (The
-//!   server sends every 429 [`REVIEW_WAIT`] after the request began, holding
-//!   nothing of it meanwhile: a hostile connection then sends one request
-//!   per [`REVIEW_WAIT`], not as many as the CPU can answer, which would
-//!   crowd the scrapers out of the CPU);
+//!   authorized for a scrape before, or any request on a connection that
+//!   was) has [`MAX_KNOWN`] reviews of its own and queues only behind its
+//!   own kind. The unknown lane: at most [`USER_REVIEWS_PER_SECOND`]
+//!   started per user (SubjectAccessReviews: the user is known by then)
+//!   and [`SOURCE_REVIEWS_PER_SECOND`] per source address (an IPv6 /64
+//!   counts as one), refused at once beyond (so one source has at most
+//!   a burst and [`REVIEW_WAIT`]'s worth waiting, and cannot fill the queue
+//!   ahead of another); then at most [`MAX_UNKNOWN`] in flight,
+//!   [`UNKNOWN_QPS`] started per second and [`MAX_WAITING`] waiting for the
+//!   whole server (half the review clients' 200 QPS, so the clients' token
+//!   bucket never empties under a flood and a known review never waits in
+//!   it).
+//!   A request waits at most [`REVIEW_WAIT`]; else 429. (The server sends
+//!   every 429 [`REVIEW_WAIT`] after the request began, holding nothing of
+//!   it meanwhile: a hostile connection then sends one request per
+//!   [`REVIEW_WAIT`], not as many as the CPU can answer);
 //! * [`Flights`]: concurrent requests needing the same review (same token,
 //!   same user and path) share one call (single-flight, as k8s.io/apiserver's
 //!   cached token authenticator). A request that goes away mid-review hands
@@ -33,6 +36,8 @@ use parking_lot::Mutex;
 use tokio::sync::{OnceCell, Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
+use crate::rate::{KeyedRate, Rate};
+
 /// Reviews in flight at most for what was not authorized before.
 pub const MAX_UNKNOWN: usize = 32;
 /// Reviews in flight at most for what was (the scrapers' lane).
@@ -40,20 +45,33 @@ pub const MAX_KNOWN: usize = 8;
 /// Unknown reviews started per second at most, and their burst.
 pub const UNKNOWN_QPS: u32 = 100;
 pub const UNKNOWN_BURST: u32 = 100;
-/// Requests waiting for an unknown review at most, all sources together
-/// and per source.
+/// SubjectAccessReviews of unknown decisions one user may cause per
+/// second, and their burst. Only served paths are reviewed, each answer
+/// cached 10 s, so one user needs a handful per 10 s.
+pub const USER_REVIEWS_PER_SECOND: u32 = 2;
+pub const USER_REVIEWS_BURST: u32 = 10;
+/// Unknown reviews (of either kind) one source address may cause per
+/// second, and their burst.
+pub const SOURCE_REVIEWS_PER_SECOND: u32 = 10;
+pub const SOURCE_REVIEWS_BURST: u32 = 20;
+/// Users and sources whose rates are remembered at most.
+pub const RATE_KEYS: usize = 4096;
+/// Requests waiting for an unknown review at most, all sources together.
 pub const MAX_WAITING: usize = 1024;
-pub const MAX_WAITING_PER_SOURCE: usize = 64;
 /// How long a request waits for a review slot.
 pub const REVIEW_WAIT: Duration = Duration::from_secs(2);
 
 /// Who is asking for a review, as far as the gate cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Lane {
+pub enum Lane<'a> {
     /// Authorized before: never queued behind [`Lane::Unknown`].
     Known,
-    /// Anything else, from this source (if known).
-    Unknown(Option<IpAddr>),
+    /// Anything else: from this source, for this user (a
+    /// SubjectAccessReview; a TokenReview has no user yet), if known.
+    Unknown {
+        source: Option<IpAddr>,
+        user: Option<&'a str>,
+    },
 }
 
 /// The unit one source is bounded by: an IPv4 address, an IPv6 /64 (one
@@ -71,66 +89,42 @@ pub fn source_of(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// A generic cell rate limiter (GCRA): one start per `interval`, `burst`
-/// at once; a start is booked ahead, never beyond a deadline.
-struct Rate {
-    interval: Duration,
-    tolerance: Duration,
-    /// The theoretical arrival time of the next start.
-    tat: Mutex<Option<Instant>>,
-}
-
-impl Rate {
-    fn new(per_second: u32, burst: u32) -> Self {
-        let interval = Duration::from_secs(1) / per_second.max(1);
-        Rate {
-            interval,
-            tolerance: interval * burst.max(1).saturating_sub(1),
-            tat: Mutex::new(None),
-        }
-    }
-
-    /// When the caller may start, booked now; `None` (nothing booked) when
-    /// that is after `deadline`.
-    fn book(&self, deadline: Instant) -> Option<Instant> {
-        let now = Instant::now();
-        let mut tat = self.tat.lock();
-        let t = tat.map_or(now, |t| t.max(now));
-        let start = t.checked_sub(self.tolerance).map_or(now, |s| s.max(now));
-        if start > deadline {
-            return None;
-        }
-        *tat = Some(t + self.interval);
-        Some(start)
-    }
-}
-
 pub struct Gate {
     unknown: Semaphore,
     known: Semaphore,
     rate: Rate,
+    per_user: KeyedRate<String>,
+    per_source: KeyedRate<IpAddr>,
     waiting: AtomicUsize,
-    per_source: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// Which bound refused a review (`kcm_rs_secure_serving_reviews_limited_total{bound}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// The user's reviews per second ([`USER_REVIEWS_PER_SECOND`]).
+    User,
+    /// The source's reviews per second or waiting share.
+    Source,
+    /// The whole server's: slots, rate, waiting total or [`REVIEW_WAIT`].
+    Server,
+}
+
+impl Limit {
+    pub fn label(self) -> &'static str {
+        match self {
+            Limit::User => "user",
+            Limit::Source => "source",
+            Limit::Server => "server",
+        }
+    }
 }
 
 /// Counts one waiter while alive (a cancelled wait is uncounted too).
-struct Waiting<'a> {
-    gate: &'a Gate,
-    source: Option<IpAddr>,
-}
+struct Waiting<'a>(&'a Gate);
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.gate.waiting.fetch_sub(1, Ordering::Relaxed);
-        if let Some(src) = self.source {
-            let mut m = self.gate.per_source.lock();
-            if let Some(n) = m.get_mut(&src) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    m.remove(&src);
-                }
-            }
-        }
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -140,56 +134,56 @@ impl Default for Gate {
             unknown: Semaphore::new(MAX_UNKNOWN),
             known: Semaphore::new(MAX_KNOWN),
             rate: Rate::new(UNKNOWN_QPS, UNKNOWN_BURST),
+            per_user: KeyedRate::new(USER_REVIEWS_PER_SECOND, USER_REVIEWS_BURST, RATE_KEYS),
+            per_source: KeyedRate::new(SOURCE_REVIEWS_PER_SECOND, SOURCE_REVIEWS_BURST, RATE_KEYS),
             waiting: AtomicUsize::new(0),
-            per_source: Mutex::new(HashMap::new()),
         }
     }
 }
 
 impl Gate {
-    /// A review slot in `lane`, or `None` (429) when too many wait, from
-    /// all sources or from this one, or none came within [`REVIEW_WAIT`].
-    pub async fn enter(&self, lane: Lane) -> Option<SemaphorePermit<'_>> {
+    /// A review slot in `lane`, or the bound that refused it (429): the
+    /// user's or the source's rate, too many waiting (from all sources or
+    /// from this one), or no slot within [`REVIEW_WAIT`].
+    pub async fn enter(&self, lane: Lane<'_>) -> Result<SemaphorePermit<'_>, Limit> {
         let deadline = Instant::now() + REVIEW_WAIT;
-        let source = match lane {
+        let (source, user) = match lane {
             Lane::Known => {
-                return tokio::time::timeout_at(deadline, self.known.acquire())
-                    .await
-                    .ok()
-                    .and_then(Result::ok);
+                return match tokio::time::timeout_at(deadline, self.known.acquire()).await {
+                    Ok(Ok(p)) => Ok(p),
+                    _ => Err(Limit::Server),
+                };
             }
-            Lane::Unknown(source) => source.map(source_of),
+            Lane::Unknown { source, user } => (source.map(source_of), user),
         };
-        let _w = self.wait(source)?;
-        let permit = tokio::time::timeout_at(deadline, self.unknown.acquire())
-            .await
-            .ok()?
-            .ok()?;
-        let start = self.rate.book(deadline)?;
-        tokio::time::sleep_until(start).await;
-        Some(permit)
+        if let Some(u) = user
+            && !self.per_user.allow(u.to_string())
+        {
+            return Err(Limit::User);
+        }
+        if let Some(src) = source
+            && !self.per_source.allow(src)
+        {
+            return Err(Limit::Source);
+        }
+        let _w = self.wait()?;
+        let permit = match tokio::time::timeout_at(deadline, self.unknown.acquire()).await {
+            Ok(Ok(p)) => p,
+            _ => return Err(Limit::Server),
+        };
+        if !self.rate.turn(deadline).await {
+            return Err(Limit::Server);
+        }
+        Ok(permit)
     }
 
-    /// Counts a waiter, unless the total or the source's share is full.
-    fn wait(&self, source: Option<IpAddr>) -> Option<Waiting<'_>> {
+    /// Counts a waiter, unless [`MAX_WAITING`] already wait.
+    fn wait(&self) -> Result<Waiting<'_>, Limit> {
         if self.waiting.fetch_add(1, Ordering::Relaxed) >= MAX_WAITING {
             self.waiting.fetch_sub(1, Ordering::Relaxed);
-            return None;
+            return Err(Limit::Server);
         }
-        let mut w = Waiting {
-            gate: self,
-            source: None,
-        };
-        if let Some(src) = source {
-            let mut m = self.per_source.lock();
-            let n = m.entry(src).or_default();
-            if *n >= MAX_WAITING_PER_SOURCE {
-                return None;
-            }
-            *n += 1;
-            w.source = Some(src);
-        }
-        Some(w)
+        Ok(Waiting(self))
     }
 
     /// Requests waiting for an unknown review (tests, metrics).
@@ -299,20 +293,32 @@ mod tests {
         assert_eq!(flights.run("k", || async { 3 }).await, 3);
     }
 
+    const ANY: Lane<'static> = Lane::Unknown {
+        source: None,
+        user: None,
+    };
+
+    fn from(ip: &str) -> Lane<'static> {
+        Lane::Unknown {
+            source: Some(ip.parse().expect("ip")),
+            user: None,
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_gate_bounds_reviews_and_waiters() {
         let gate = Gate::default();
         let mut held = Vec::new();
         for _ in 0..MAX_UNKNOWN {
-            held.push(gate.enter(Lane::Unknown(None)).await.expect("free slot"));
+            held.push(gate.enter(ANY).await.expect("free slot"));
         }
         // Full: a waiter gives up after REVIEW_WAIT.
         let began = Instant::now();
-        assert!(gate.enter(Lane::Unknown(None)).await.is_none());
+        assert_eq!(gate.enter(ANY).await.err(), Some(Limit::Server));
         assert_eq!(began.elapsed(), REVIEW_WAIT);
         assert_eq!(gate.waiting(), 0);
         held.clear();
-        assert!(gate.enter(Lane::Unknown(None)).await.is_some());
+        assert!(gate.enter(ANY).await.is_ok());
     }
 
     /// Lets the parked tasks run until `n` wait.
@@ -327,14 +333,14 @@ mod tests {
     }
 
     /// Waiters that never get a slot (every unknown slot is held).
-    fn park(gate: &Arc<Gate>, lane: Lane, n: usize) -> Vec<tokio::task::JoinHandle<bool>> {
+    fn park(gate: &Arc<Gate>, lane: Lane<'static>, n: usize) -> Vec<tokio::task::JoinHandle<bool>> {
         (0..n)
             .map(|_| {
                 let g = Arc::clone(gate);
                 tokio::spawn(async move {
                     let got = g.enter(lane).await;
                     // A slot won is kept, as a review in flight would.
-                    got.map(SemaphorePermit::forget).is_some()
+                    got.map(SemaphorePermit::forget).is_ok()
                 })
             })
             .collect()
@@ -347,8 +353,7 @@ mod tests {
         for _ in 0..MAX_UNKNOWN {
             held.push(gate.unknown.try_acquire().expect("slot"));
         }
-        let a: IpAddr = "10.0.0.1".parse().expect("ip");
-        let parked = park(&gate, Lane::Unknown(Some(a)), 10);
+        let parked = park(&gate, from("10.0.0.1"), 10);
         settle(&gate, 10).await;
         let began = Instant::now();
         let mut known = Vec::new();
@@ -359,7 +364,7 @@ mod tests {
         // Known reviews wait only for each other.
         let next = tokio::spawn({
             let g = Arc::clone(&gate);
-            async move { g.enter(Lane::Known).await.map(drop).is_some() }
+            async move { g.enter(Lane::Known).await.map(drop).is_ok() }
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         known.pop();
@@ -370,32 +375,35 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn one_source_cannot_fill_the_queue() {
-        let gate = Arc::new(Gate::default());
-        let mut held = Vec::new();
-        for _ in 0..MAX_UNKNOWN {
-            held.push(gate.unknown.try_acquire().expect("slot"));
-        }
-        let a: IpAddr = "10.0.0.1".parse().expect("ip");
-        let b: IpAddr = "10.0.0.2".parse().expect("ip");
-        let parked = park(&gate, Lane::Unknown(Some(a)), MAX_WAITING_PER_SOURCE);
-        settle(&gate, MAX_WAITING_PER_SOURCE).await;
-        // A's next is refused at once; B still queues.
+    async fn one_source_and_one_user_are_bounded_by_their_rates() {
+        let gate = Gate::default();
         let began = Instant::now();
-        assert!(gate.enter(Lane::Unknown(Some(a))).await.is_none());
-        assert_eq!(began.elapsed(), Duration::ZERO);
-        let from_b = park(&gate, Lane::Unknown(Some(b)), 1);
-        settle(&gate, MAX_WAITING_PER_SOURCE + 1).await;
-        // One slot frees: the oldest waiter (A's) takes it; the rest time out
-        // and leave no count behind.
-        held.pop();
-        let mut got = 0;
-        for p in parked.into_iter().chain(from_b) {
-            got += usize::from(p.await.expect("task"));
+        for _ in 0..SOURCE_REVIEWS_BURST {
+            drop(gate.enter(from("10.0.0.1")).await.expect("burst"));
         }
-        assert_eq!(got, 1);
-        assert_eq!(gate.waiting(), 0);
-        assert!(gate.per_source.lock().is_empty());
+        // The source's next is refused at once; another source still enters.
+        assert_eq!(
+            gate.enter(from("10.0.0.1")).await.err(),
+            Some(Limit::Source)
+        );
+        assert!(gate.enter(from("10.0.0.2")).await.is_ok());
+        assert_eq!(began.elapsed(), Duration::ZERO);
+        let user = |u: &'static str, ip: &'static str| Lane::Unknown {
+            source: Some(ip.parse().expect("ip")),
+            user: Some(u),
+        };
+        for i in 0..USER_REVIEWS_BURST {
+            let ip: &'static str = Box::leak(format!("10.1.0.{i}").into_boxed_str());
+            drop(gate.enter(user("mallory", ip)).await.expect("user burst"));
+        }
+        // From any source: the user is over its rate; another user is not.
+        assert_eq!(
+            gate.enter(user("mallory", "10.2.0.1")).await.err(),
+            Some(Limit::User)
+        );
+        assert!(gate.enter(user("alice", "10.2.0.1")).await.is_ok());
+        tokio::time::advance(Duration::from_secs(1) / USER_REVIEWS_PER_SECOND).await;
+        assert!(gate.enter(user("mallory", "10.2.0.2")).await.is_ok());
     }
 
     #[tokio::test(start_paused = true)]
@@ -405,21 +413,26 @@ mod tests {
         for _ in 0..MAX_UNKNOWN {
             held.push(gate.unknown.try_acquire().expect("slot"));
         }
+        let per = usize::try_from(SOURCE_REVIEWS_BURST).expect("small");
         let mut parked = Vec::new();
-        for i in 0..MAX_WAITING / MAX_WAITING_PER_SOURCE {
-            let ip = IpAddr::from([10, 0, 1, u8::try_from(i).expect("small")]);
-            parked.extend(park(&gate, Lane::Unknown(Some(ip)), MAX_WAITING_PER_SOURCE));
+        for i in 0..MAX_WAITING.div_ceil(per) {
+            let ip: &'static str =
+                Box::leak(format!("10.0.{}.{}", i / 256, i % 256).into_boxed_str());
+            parked.extend(park(&gate, from(ip), per.min(MAX_WAITING - i * per)));
         }
         settle(&gate, MAX_WAITING).await;
         let began = Instant::now();
-        assert!(gate.enter(Lane::Known).await.is_some(), "known: own lane");
+        assert!(gate.enter(Lane::Known).await.is_ok(), "known: own lane");
         assert_eq!(began.elapsed(), Duration::ZERO);
-        let other: IpAddr = "10.9.9.9".parse().expect("ip");
-        assert!(gate.enter(Lane::Unknown(Some(other))).await.is_none());
+        assert_eq!(
+            gate.enter(from("10.9.9.9")).await.err(),
+            Some(Limit::Server)
+        );
         assert_eq!(began.elapsed(), Duration::ZERO);
         for p in parked {
             assert!(!p.await.expect("task"));
         }
+        assert_eq!(gate.waiting(), 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -427,12 +440,12 @@ mod tests {
         let gate = Gate::default();
         let began = Instant::now();
         for _ in 0..UNKNOWN_BURST {
-            drop(gate.enter(Lane::Unknown(None)).await.expect("burst"));
+            drop(gate.enter(ANY).await.expect("burst"));
         }
         assert_eq!(began.elapsed(), Duration::ZERO);
         let n = 50u32;
         for _ in 0..n {
-            drop(gate.enter(Lane::Unknown(None)).await.expect("paced"));
+            drop(gate.enter(ANY).await.expect("paced"));
         }
         assert_eq!(began.elapsed(), Duration::from_secs(1) / UNKNOWN_QPS * n);
         // Known reviews are not paced.

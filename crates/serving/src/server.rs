@@ -34,15 +34,24 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-use crate::auth::{Authn, Authz, Delegate, Origin, User, cert_user};
+use crate::auth::{Authn, Authz, Delegate, Origin, User, cert_user, earns_trust};
 use crate::close::{Reclaim, linger};
 use crate::conn::{ConnState, Tracker, UnknownWait, Watched, supervise};
+use crate::pace::Pacer;
 use crate::reload::Reloader;
 use crate::review::REVIEW_WAIT;
 
-/// KCM's HTTP/2 limits (secure_serving.go).
-const H2_MAX_STREAMS: u32 = 100;
+/// Streams open at once per HTTP/2 connection. KCM allows 100; a scraper
+/// needs one, and each stream held by a hostile client is a request (with
+/// up to [`MAX_HEADER_BYTES`] of headers) kept in memory.
+pub const H2_MAX_STREAMS: u32 = 16;
+/// KCM's HTTP/2 frame size (secure_serving.go).
 const H2_MAX_FRAME: u32 = 256 * 1024;
+/// HTTP/2 receive windows: request bodies are refused, so a client may
+/// send little before its stream is answered (hyper's defaults, 1 MiB per
+/// stream and connection, let 1,024 connections park a GiB).
+pub const H2_STREAM_WINDOW: u32 = 16 * 1024;
+pub const H2_CONN_WINDOW: u32 = 64 * 1024;
 /// Request headers at most, per request. Go's `MaxHeaderBytes` is 1 MiB;
 /// 64 KiB holds any bearer token or client's headers and bounds what 1,024
 /// connections can make the server hold.
@@ -99,8 +108,26 @@ async fn overloaded(req: Request, began: Instant, _wait: Option<UnknownWait>) ->
     too_many()
 }
 
-async fn check(State(d): State<Arc<Delegate>>, req: Request, next: Next) -> Response {
+/// Which paths the router serves: anything else is answered 404 before
+/// any review, so a path kcm-rs does not serve costs the API server
+/// nothing (KCM reviews first: `/apis/<random>` costs it a
+/// SubjectAccessReview each).
+pub type Served = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// What the check in front of every route needs.
+pub struct Guard {
+    pub delegate: Arc<Delegate>,
+    pub served: Served,
+    pub pacer: Pacer,
+}
+
+fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, "404 page not found\n").into_response()
+}
+
+async fn check(State(g): State<Arc<Guard>>, req: Request, next: Next) -> Response {
     let began = Instant::now();
+    let d = &g.delegate;
     let peer = req.extensions().get::<Peer>().cloned();
     let conn = peer.as_ref().map(|p| Arc::clone(&p.conn));
     let refuse = |resp: Response| {
@@ -109,17 +136,7 @@ async fn check(State(d): State<Arc<Delegate>>, req: Request, next: Next) -> Resp
         }
         resp
     };
-    if let Some(refused) = refuse_unread(&req) {
-        return refuse(refused);
-    }
-    let path = req.uri().path().to_string();
-    if d.always_allowed(&path) {
-        return next.run(req).await;
-    }
-    let origin = Origin {
-        source: peer.as_ref().map(|p| p.addr.ip()),
-        trusted: conn.as_ref().is_some_and(|c| c.trusted()),
-    };
+    let source = peer.as_ref().map(|p| p.addr.ip());
     let cert = peer.and_then(|p| p.user);
     let bearer = req
         .headers()
@@ -132,10 +149,40 @@ async fn check(State(d): State<Arc<Delegate>>, req: Request, next: Next) -> Resp
     // A verified certificate wins: its token is neither reviewed nor
     // remembered.
     let bearer = if cert.is_some() { None } else { bearer };
+    // 1. Trusted: the connection was authorized for a scrape, or this
+    //    credential was (a scraper on a new connection).
+    let trusted = conn.as_ref().is_some_and(|c| c.trusted())
+        || d.known_credential(cert.as_ref(), bearer.as_deref());
+    if trusted && let Some(c) = &conn {
+        c.trust();
+    }
+    // 2. Anything else takes turns (`pace.rs`), whatever it asks; while
+    //    it waits, its connection is among the first closed when full.
+    if !trusted {
+        let waiting = conn.as_ref().map(|c| c.waiting_unknown());
+        if !g.pacer.turn(source, began).await {
+            d.metrics().untrusted.with_label_values(&["refused"]).inc();
+            return refuse(overloaded(req, began, waiting).await);
+        }
+        d.metrics().untrusted.with_label_values(&["admitted"]).inc();
+    }
+    // 3. Nothing but GET and HEAD without a body; 4. only served paths.
+    if let Some(refused) = refuse_unread(&req) {
+        return refuse(refused);
+    }
+    let path = req.uri().path().to_string();
+    if !(g.served)(&path) {
+        return refuse(not_found());
+    }
+    if d.always_allowed(&path) {
+        return next.run(req).await;
+    }
+    // 5. Who, then 6. may they.
+    let origin = Origin { source, trusted };
     // While waiting on a review of a credential never authorized, the
     // connection is among the first closed when the server is full.
     let unknown_wait = |unknown: bool| match &conn {
-        Some(c) if unknown && !origin.trusted => Some(c.waiting_unknown()),
+        Some(c) if unknown && !trusted => Some(c.waiting_unknown()),
         _ => None,
     };
     let waiting = unknown_wait(bearer.as_deref().is_some_and(|t| d.token_unknown(t)));
@@ -165,9 +212,12 @@ async fn check(State(d): State<Arc<Delegate>>, req: Request, next: Next) -> Resp
     drop(waiting);
     match authz {
         Authz::Allowed => {
-            d.remember(bearer.as_deref(), &user, &verb, &path);
-            if let Some(c) = &conn {
-                c.trust();
+            // 7. Only what a scrape needs earns trust.
+            if earns_trust(&path) {
+                d.remember(bearer.as_deref(), cert.as_ref(), &user, &verb, &path);
+                if let Some(c) = &conn {
+                    c.trust();
+                }
             }
             next.run(req).await
         }
@@ -181,9 +231,9 @@ async fn check(State(d): State<Arc<Delegate>>, req: Request, next: Next) -> Resp
     }
 }
 
-/// `app` behind the authentication and authorization check.
-pub fn guarded(app: Router, delegate: Arc<Delegate>) -> Router {
-    app.layer(axum::middleware::from_fn_with_state(delegate, check))
+/// `app` behind the check.
+pub fn guarded(app: Router, guard: Arc<Guard>) -> Router {
+    app.layer(axum::middleware::from_fn_with_state(guard, check))
 }
 
 /// Serves `app` over TLS on `listener` until `stop`; in-flight requests
@@ -287,6 +337,8 @@ pub async fn run(
             builder
                 .http2()
                 .max_concurrent_streams(H2_MAX_STREAMS)
+                .initial_stream_window_size(H2_STREAM_WINDOW)
+                .initial_connection_window_size(H2_CONN_WINDOW)
                 .max_frame_size(H2_MAX_FRAME)
                 .max_header_list_size(u32::try_from(MAX_HEADER_BYTES).unwrap_or(u32::MAX));
             let builder = if h2 {

@@ -175,8 +175,8 @@ fn the_last_common_name_is_the_user_as_go_reads_it() {
 /// calls and the most in flight at once.
 #[derive(Default)]
 pub(crate) struct Reviews {
-    token_reviews: AtomicUsize,
-    sars: parking_lot::Mutex<Vec<serde_json::Value>>,
+    pub(crate) token_reviews: AtomicUsize,
+    pub(crate) sars: parking_lot::Mutex<Vec<serde_json::Value>>,
     in_flight: AtomicUsize,
     most: AtomicUsize,
 }

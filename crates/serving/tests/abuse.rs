@@ -32,7 +32,6 @@ use k8s_openapi::api::batch::v1::Job;
 use kcm_e2e::TestNamespace;
 use kcm_e2e::https::{Credential, get_as};
 use kcm_e2e::procstat::{cpu_seconds, rss_mib};
-use kcm_e2e::upstream::UpstreamKcm;
 use kcm_e2e::wait::wait_for_list;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
@@ -504,36 +503,6 @@ async fn keep_alive_flood(port: u16, pid: u32, token: &str) -> Figures {
     }
 }
 
-/// Upstream KCM (the API server's version) with its secure port on
-/// 127.0.0.1 and delegated authentication and authorization, ready.
-async fn upstream(cp: &kcm_e2e::ControlPlane) -> (UpstreamKcm, u16) {
-    let port = binary::free_port();
-    let kc = cp.kubeconfig().display().to_string();
-    let flags = [
-        format!("--secure-port={port}"),
-        "--bind-address=127.0.0.1".to_string(),
-        format!("--authentication-kubeconfig={kc}"),
-        format!("--authorization-kubeconfig={kc}"),
-    ];
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let kcm = UpstreamKcm::start(cp, &["job-controller"], &flags).expect("upstream KCM");
-    let code = binary::until(
-        port,
-        "/healthz",
-        Credential::None,
-        Duration::from_secs(60),
-        |c| c == 200,
-    )
-    .await;
-    assert_eq!(
-        code,
-        200,
-        "KCM not serving:\n{}",
-        kcm_e2e::control_plane::tail(kcm.log(), 30)
-    );
-    (kcm, port)
-}
-
 /// Not in `make test` (about a minute, and a 1 s latency bound that wants
 /// the machine to itself): `make abuse` runs it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -554,7 +523,7 @@ async fn random_tokens_on_more_connections_than_the_cap_never_lock_the_scraper_o
     drop(kcm);
     ours.print("kcm-rs");
     if std::env::var_os("ABUSE_SKIP_UPSTREAM").is_none() {
-        let (upstream, port) = upstream(cp).await;
+        let (upstream, port) = binary::upstream(cp).await;
         let theirs = keep_alive_flood(port, upstream.pid(), &token).await;
         drop(upstream);
         theirs.print("upstream KCM");

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod flood;
+pub mod tenant;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -14,13 +15,14 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kcm_e2e::ControlPlane;
 use kcm_e2e::https::{Credential, get_as};
+use kcm_e2e::upstream::UpstreamKcm;
 use kube::Api;
 use kube::api::{PatchParams, PostParams};
 use serde_json::json;
 
 /// The kcm-rs binary of this profile, built if needed.
 pub fn kcm_rs_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("KCM_RS_BIN") {
+    if let Some(p) = std::env::var_os("KCM_RS_BIN").filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
     // This test runs as target/<profile>/deps/<name>-<hash>.
@@ -124,20 +126,10 @@ pub async fn grant_metrics(admin: &kube::Client, name: &str, subject: serde_json
 /// A ServiceAccount `default/<name>` allowed to GET /metrics, and a token
 /// for it.
 pub async fn scraper_token(admin: &kube::Client, name: &str) -> String {
-    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "default");
-    let sa: ServiceAccount =
-        serde_json::from_value(json!({ "metadata": { "name": name } })).expect("sa");
-    let _ = sas.create(&PostParams::default(), &sa).await;
     let subject = json!({ "kind": "ServiceAccount", "name": name, "namespace": "default" });
+    let token = service_account_token(admin, "default", name).await;
     grant_metrics(admin, name, subject).await;
-    let req: TokenRequest =
-        serde_json::from_value(json!({ "spec": { "audiences": [], "expirationSeconds": 3600 } }))
-            .expect("token request");
-    let tr: TokenRequest = sas
-        .create_subresource("token", name, &PostParams::default(), &req)
-        .await
-        .expect("token");
-    tr.status.and_then(|s| s.token).expect("token")
+    token
 }
 
 /// Sum of every sample of `family` in a Prometheus text exposition.
@@ -168,4 +160,51 @@ pub async fn until(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Upstream KCM (the API server's version) with its secure port on
+/// 127.0.0.1 and delegated authentication and authorization, ready.
+pub async fn upstream(cp: &kcm_e2e::ControlPlane) -> (UpstreamKcm, u16) {
+    let port = free_port();
+    let kc = cp.kubeconfig().display().to_string();
+    let flags = [
+        format!("--secure-port={port}"),
+        "--bind-address=127.0.0.1".to_string(),
+        format!("--authentication-kubeconfig={kc}"),
+        format!("--authorization-kubeconfig={kc}"),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let kcm = UpstreamKcm::start(cp, &["job-controller"], &flags).expect("upstream KCM");
+    let code = until(
+        port,
+        "/healthz",
+        Credential::None,
+        Duration::from_secs(60),
+        |c| c == 200,
+    )
+    .await;
+    assert_eq!(
+        code,
+        200,
+        "KCM not serving:\n{}",
+        kcm_e2e::control_plane::tail(kcm.log(), 30)
+    );
+    (kcm, port)
+}
+
+/// A ServiceAccount `<namespace>/<name>` (created if missing) and a token
+/// for it, valid an hour.
+pub async fn service_account_token(admin: &kube::Client, namespace: &str, name: &str) -> String {
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
+    let sa: ServiceAccount =
+        serde_json::from_value(json!({ "metadata": { "name": name } })).expect("sa");
+    let _ = sas.create(&PostParams::default(), &sa).await;
+    let req: TokenRequest =
+        serde_json::from_value(json!({ "spec": { "audiences": [], "expirationSeconds": 3600 } }))
+            .expect("token request");
+    let tr: TokenRequest = sas
+        .create_subresource("token", name, &PostParams::default(), &req)
+        .await
+        .expect("token");
+    tr.status.and_then(|s| s.token).expect("token")
 }
