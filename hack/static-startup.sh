@@ -105,11 +105,10 @@ start() {
     mount -t proc proc "$root/proc" && mount --bind /dev "$root/dev" &&
     exec chroot --userspec=65532:65532 "$root" "$@"' _ "$root" /usr/local/bin/kcm-rs \
     --kubeconfig="/kubeconfig-$mode" --leader-elect=false --controllers='*' \
-    --bind-address=127.0.0.1 --secure-port="$probe_port" \
-    --authorization-always-allow-paths=/healthz,/readyz,/livez >"$work/kcm-rs-$mode.log" 2>&1 &
+    --bind-address=127.0.0.1 --secure-port=0 --health-port="$probe_port" >"$work/kcm-rs-$mode.log" 2>&1 &
   local pid=$!
   for _ in $(seq 6000); do
-    if [[ "$(curl -sk -o /dev/null -w '%{http_code}' "https://127.0.0.1:$probe_port/readyz")" == 200 ]]; then break; fi
+    if [[ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$probe_port/readyz")" == 200 ]]; then break; fi
     if ! kill -0 "$pid" 2>/dev/null; then echo "FAILED"; tail -5 "$work/kcm-rs-$mode.log" >&2; return; fi
     sleep 0.01
   done

@@ -212,7 +212,10 @@ pub const AGREE: &[&str] = &[
     // with the release's repository and version.
     "ctr/image = kcm-rs",
     "base/kustomization.yaml#0/images/0/name = kcm-rs",
-    concat!("base/kustomization.yaml#0/images/0/newTag = ", env!("CARGO_PKG_VERSION")),
+    concat!(
+        "base/kustomization.yaml#0/images/0/newTag = ",
+        env!("CARGO_PKG_VERSION")
+    ),
     "ctr/ports/0/containerPort = --secure-port",
     "ctr/livenessProbe/httpGet/path = /livez",
     "ctr/readinessProbe/httpGet/path = /readyz",

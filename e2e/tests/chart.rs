@@ -205,17 +205,26 @@ const REFUSED: &[(&[&str], &str)] = &[
         &["--set", "resources.request.cpu=1"],
         "additional properties 'request' not allowed",
     ),
-    (&["--set", "resources.limits.cpu=lots"], "resources/limits/cpu"),
+    (
+        &["--set", "resources.limits.cpu=lots"],
+        "resources/limits/cpu",
+    ),
     (
         &["--set-json", r#"affinity={"podAntiAfinity": {}}"#],
         "additional properties 'podAntiAfinity' not allowed",
     ),
     (
-        &["--set-json", r#"tolerations=[{"key": "a", "operator": "In"}]"#],
+        &[
+            "--set-json",
+            r#"tolerations=[{"key": "a", "operator": "In"}]"#,
+        ],
         "tolerations/0/operator",
     ),
     (
-        &["--set-json", r#"tolerations=[{"key": "a", "efect": "NoSchedule"}]"#],
+        &[
+            "--set-json",
+            r#"tolerations=[{"key": "a", "efect": "NoSchedule"}]"#,
+        ],
         "additional properties 'efect' not allowed",
     ),
     (
@@ -223,11 +232,17 @@ const REFUSED: &[(&[&str], &str)] = &[
         "missing property 'name'",
     ),
     (
-        &["--set-json", r#"extraEnv=[{"name": "A", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]"#],
+        &[
+            "--set-json",
+            r#"extraEnv=[{"name": "A", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]"#,
+        ],
         "extraEnv/0",
     ),
     (
-        &["--set-json", r#"extraEnv=[{"name": "A", "valueFrom": {"secretRef": {"name": "s"}}}]"#],
+        &[
+            "--set-json",
+            r#"extraEnv=[{"name": "A", "valueFrom": {"secretRef": {"name": "s"}}}]"#,
+        ],
         "additional properties 'secretRef' not allowed",
     ),
     (
@@ -239,7 +254,10 @@ const REFUSED: &[(&[&str], &str)] = &[
         "podDisruptionBudget/maxUnavailable",
     ),
     (
-        &["--set-json", r#"podLabels={"app.kubernetes.io/name": "other"}"#],
+        &[
+            "--set-json",
+            r#"podLabels={"app.kubernetes.io/name": "other"}"#,
+        ],
         "podLabels: app.kubernetes.io/name is set by the chart",
     ),
 ];
@@ -564,9 +582,18 @@ fn impossible_values_fail_and_crd_objects_need_their_crds() {
             !inside
         })
         .collect();
-    assert!(kept.len() < values.lines().count(), "priorityClassQuota in values.yaml");
+    assert!(
+        kept.len() < values.lines().count(),
+        "priorityClassQuota in values.yaml"
+    );
     std::fs::write(copy.join("values.yaml"), kept.join("\n")).expect("write");
-    let got = try_helm(&["template", "kcm-rs", &copy.display().to_string(), "--namespace", "kcm-system"]);
+    let got = try_helm(&[
+        "template",
+        "kcm-rs",
+        &copy.display().to_string(),
+        "--namespace",
+        "kcm-system",
+    ]);
     assert!(
         matches!(&got, Err(e) if e.contains("the values have no priorityClassQuota") && e.contains("--reset-then-reuse-values")),
         "values without priorityClassQuota: {got:?}"
@@ -757,7 +784,12 @@ async fn chart_renders_the_kustomize_overlays_and_both_pass_a_server_side_dry_ru
     );
     for values in [
         &["--set", "priorityClassName="][..],
-        &["--set", "priorityClassQuota.enabled=false", "--namespace", "kcm-system"],
+        &[
+            "--set",
+            "priorityClassQuota.enabled=false",
+            "--namespace",
+            "kcm-system",
+        ],
         &["--set", "priorityClassName=", "--namespace", "kcm-system"],
     ] {
         let docs = parse_docs(&template(values, false), "helm template");

@@ -69,7 +69,10 @@ struct Flags {
     out: PathBuf,
     /// kcm-rs's binary: `make release-bin` builds it (static, with the PGO
     /// profile; `make print-release-bin` names it on other hosts).
-    #[arg(long, default_value = "target/pgo/x86_64-unknown-linux-gnu/release/kcm-rs")]
+    #[arg(
+        long,
+        default_value = "target/pgo/x86_64-unknown-linux-gnu/release/kcm-rs"
+    )]
     kcm_rs: PathBuf,
     /// A flag passed to kcm-rs only (repeatable), e.g.
     /// `--kcm-rs-arg=--kube-api-content-type=application/json`.

@@ -89,7 +89,7 @@ in rbac.yaml's order. */}}
 {{- define "kcm-rs.validate" -}}
 {{- /* helm upgrade --reuse-values keeps the old chart's defaults: keys this
 chart added are missing, which would render nil (or fail obscurely). */ -}}
-{{- range $key := list "priorityClassQuota" "podAnnotations" "podLabels" -}}
+{{- range $key := list "priorityClassQuota" "podAnnotations" "podLabels" "healthPort" -}}
 {{- if not (hasKey $.Values $key) -}}
 {{- fail (printf "the values have no %s, which chart %s added: they come from an older chart's release (helm upgrade --reuse-values keeps that chart's defaults); upgrade with --reset-then-reuse-values, or with -f your values file (charts/kcm-rs/UPGRADING.md)" $key $.Chart.Version) -}}
 {{- end -}}

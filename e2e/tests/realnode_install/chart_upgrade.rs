@@ -17,8 +17,8 @@ use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kcm_e2e::binaries::repo_root;
 use kcm_e2e::manifests as support;
-use kube::api::ListParams;
 use kube::Api;
+use kube::api::ListParams;
 
 use super::checks::{Problems, SELECTOR};
 use super::node::{Node, run};
@@ -93,7 +93,14 @@ pub struct Step {
 /// Runs `helm args` (with `--wait`), waits for the rollout, and reads what
 /// runs: the release's revision, the pods' chart label and image, their
 /// builds (kcm_rs_build_info), the Lease holder, the PDB and the quota.
-pub async fn step(node: &Node, client: &kube::Client, ns: &str, token: &str, what: &str, args: &[&str]) -> Step {
+pub async fn step(
+    node: &Node,
+    client: &kube::Client,
+    ns: &str,
+    token: &str,
+    what: &str,
+    args: &[&str],
+) -> Step {
     let began = Instant::now();
     let mut full: Vec<&str> = args.to_vec();
     full.extend(["-n", ns, "--wait", "--timeout", "5m"]);
@@ -157,7 +164,10 @@ pub async fn step(node: &Node, client: &kube::Client, ns: &str, token: &str, wha
         .await
         .expect("quota")
         .is_some();
-    let commits = upgrade::commits(client, ns, token).await.into_values().collect();
+    let commits = upgrade::commits(client, ns, token)
+        .await
+        .into_values()
+        .collect();
     Step {
         what: what.into(),
         command: format!("helm {}", args.join(" ")),
@@ -217,14 +227,25 @@ async fn gke_quota(node: &Node, client: &kube::Client, p: &mut Problems) -> Stri
         refused.contains("insufficient quota to match these scopes"),
         format!("without a quota, a system-cluster-critical pod is refused: {refused}"),
     );
-    let rendered = support::run_helm(&["template", "kcm-rs", "charts/kcm-rs", "-n", ns, "--show-only", "templates/resourcequota.yaml"]);
+    let rendered = support::run_helm(&[
+        "template",
+        "kcm-rs",
+        "charts/kcm-rs",
+        "-n",
+        ns,
+        "--show-only",
+        "templates/resourcequota.yaml",
+    ]);
     let file = node.out.join("gke-quota.yaml");
     std::fs::write(&file, &rendered).expect("quota file");
     node.kubectl(&["apply", "-f", &file.display().to_string()]);
     let admitted = pods.create(&Default::default(), &pod).await;
     p.check(
         admitted.is_ok(),
-        format!("with the chart's quota the same pod is admitted: {:?}", admitted.as_ref().err()),
+        format!(
+            "with the chart's quota the same pod is admitted: {:?}",
+            admitted.as_ref().err()
+        ),
     );
     let _ = pods.delete("critical", &Default::default()).await;
     format!(
@@ -234,7 +255,11 @@ async fn gke_quota(node: &Node, client: &kube::Client, p: &mut Problems) -> Stri
          - `helm template -n {ns} --show-only templates/resourcequota.yaml` applied (`kcm-rs-critical-pods`), the same pod: {}\n\
          - In `kcm-system`, the previous chart (no quota of its own) needs one made by hand, as a GKE user had to: `by-hand`, scoped to the class.\n",
         refused.trim(),
-        if admitted.is_ok() { "admitted" } else { "refused" }
+        if admitted.is_ok() {
+            "admitted"
+        } else {
+            "refused"
+        }
     )
 }
 
@@ -250,8 +275,16 @@ pub async fn scenario(node: &Node, r: &mut super::Report, p: &mut Problems, clie
     let (b, b_digest) = node.import_image("B");
     let (repo, a_tag) = split_image(&a);
     let (b_repo, b_tag) = split_image(&b);
-    p.check(repo == b_repo, format!("images A and B in one repository: {a}, {b}"));
-    node.kubectl(&["label", "node", &node.name, "node-role.kubernetes.io/control-plane="]);
+    p.check(
+        repo == b_repo,
+        format!("images A and B in one repository: {a}, {b}"),
+    );
+    node.kubectl(&[
+        "label",
+        "node",
+        &node.name,
+        "node-role.kubernetes.io/control-plane=",
+    ]);
     support::install_crds(&client).await;
     let (prev, prev_version, prev_commit) = previous_chart(&node.out);
     let current = version_of(
@@ -294,7 +327,9 @@ pub async fn scenario(node: &Node, r: &mut super::Report, p: &mut Problems, clie
         ns,
         "",
         &format!("install {prev_version}"),
-        &["install", "kcm-rs", &prev_dir, "--set", &set_repo, "--set", &set_a],
+        &[
+            "install", "kcm-rs", &prev_dir, "--set", &set_repo, "--set", &set_a,
+        ],
     )
     .await;
     let token = upgrade::metrics_token(node, ns).await;
@@ -305,7 +340,14 @@ pub async fn scenario(node: &Node, r: &mut super::Report, p: &mut Problems, clie
 
     // --reuse-values alone keeps the old chart's defaults: the chart refuses
     // it before anything changes, saying what to run (UPGRADING.md).
-    let reuse = support::try_helm(&["upgrade", "kcm-rs", "charts/kcm-rs", "-n", ns, "--reuse-values"]);
+    let reuse = support::try_helm(&[
+        "upgrade",
+        "kcm-rs",
+        "charts/kcm-rs",
+        "-n",
+        ns,
+        "--reuse-values",
+    ]);
     let history = support::run_helm(&["history", "kcm-rs", "-n", ns, "-o", "json"]);
     let revisions = serde_json::from_str::<serde_json::Value>(&history)
         .ok()
@@ -333,18 +375,41 @@ pub async fn scenario(node: &Node, r: &mut super::Report, p: &mut Problems, clie
     let plan: [(String, Vec<&str>); 5] = [
         (
             format!("upgrade {prev_version} -> {current}"),
-            vec!["upgrade", "kcm-rs", "charts/kcm-rs", "--reset-then-reuse-values"],
+            vec![
+                "upgrade",
+                "kcm-rs",
+                "charts/kcm-rs",
+                "--reset-then-reuse-values",
+            ],
         ),
-        (format!("rollback to {prev_version}"), vec!["rollback", "kcm-rs", "1"]),
+        (
+            format!("rollback to {prev_version}"),
+            vec!["rollback", "kcm-rs", "1"],
+        ),
         (
             format!("upgrade {prev_version} -> {current} again"),
-            vec!["upgrade", "kcm-rs", "charts/kcm-rs", "--reset-then-reuse-values"],
+            vec![
+                "upgrade",
+                "kcm-rs",
+                "charts/kcm-rs",
+                "--reset-then-reuse-values",
+            ],
         ),
         (
             "image A -> B".into(),
-            vec!["upgrade", "kcm-rs", "charts/kcm-rs", "--reuse-values", "--set", &set_b],
+            vec![
+                "upgrade",
+                "kcm-rs",
+                "charts/kcm-rs",
+                "--reuse-values",
+                "--set",
+                &set_b,
+            ],
         ),
-        ("rollback to image A".into(), vec!["rollback", "kcm-rs", "4"]),
+        (
+            "rollback to image A".into(),
+            vec!["rollback", "kcm-rs", "4"],
+        ),
     ];
     for (what, args) in &plan {
         steps.push(step(node, &client, ns, &token, what, args).await);
@@ -357,7 +422,10 @@ pub async fn scenario(node: &Node, r: &mut super::Report, p: &mut Problems, clie
     for (name, e) in &ends {
         p.check(
             e.line == super::jobs::STREAM_END && e.finalizers == 0,
-            format!("stream Job {name}: {}, finalizers left {}", e.line, e.finalizers),
+            format!(
+                "stream Job {name}: {}, finalizers left {}",
+                e.line, e.finalizers
+            ),
         );
     }
 
@@ -390,7 +458,10 @@ pub async fn scenario(node: &Node, r: &mut super::Report, p: &mut Problems, clie
         .get_opt("kcm-rs")
         .await
         .expect("lease");
-    p.check(stray.is_none(), "no kcm-rs Lease in kube-system: the Lease stayed in the release namespace");
+    p.check(
+        stray.is_none(),
+        "no kcm-rs Lease in kube-system: the Lease stayed in the release namespace",
+    );
 
     let events = super::audit::read(&node.audit_log());
     let in_window: Vec<super::audit::Event> = events
@@ -400,7 +471,10 @@ pub async fn scenario(node: &Node, r: &mut super::Report, p: &mut Problems, clie
         .collect();
     let ctrls = super::controller_accounts(ns, super::FOUR);
     let hs = upgrade::handovers(&in_window, ns, "kcm-rs", &ctrls);
-    p.check(hs.len() >= 5, format!("leadership moved at each step ({} handovers)", hs.len()));
+    p.check(
+        hs.len() >= 5,
+        format!("leadership moved at each step ({} handovers)", hs.len()),
+    );
     let mut gaps = String::from(
         "| handover (pod IPs) | Lease: old leader's last write -> new leader's first | controllers: old leader's last write -> new leader's first |\n|---|---|---|\n",
     );
@@ -411,7 +485,10 @@ pub async fn scenario(node: &Node, r: &mut super::Report, p: &mut Problems, clie
             h.to,
             h.lease_gap.as_secs_f64(),
             h.work_gap
-                .map_or("no write on one side".into(), |g| format!("{:.2} s", g.as_secs_f64()))
+                .map_or("no write on one side".into(), |g| format!(
+                    "{:.2} s",
+                    g.as_secs_f64()
+                ))
         ));
     }
     r.section(

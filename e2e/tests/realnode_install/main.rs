@@ -358,7 +358,10 @@ async fn manifests(node: &Node, r: &mut Report, p: &mut Problems, client: kube::
     // No PodDisruptionBudget by default (one control-plane node would never
     // drain); the pdb component adds it for clusters with more.
     let none = node.kubectl(&["-n", ns, "get", "pdb", "-o", "name"]);
-    p.check(none.trim().is_empty(), format!("no PodDisruptionBudget from manifests/: {none:?}"));
+    p.check(
+        none.trim().is_empty(),
+        format!("no PodDisruptionBudget from manifests/: {none:?}"),
+    );
     node.kubectl(&["apply", "-f", "manifests/pdb/pdb.yaml"]);
     // Its status is kcm-rs's disruption controller's.
     node.kubectl(&[
@@ -373,7 +376,9 @@ async fn manifests(node: &Node, r: &mut Report, p: &mut Problems, client: kube::
     node.rollout_status(ns, "240s");
     r.section(
         "PodDisruptionBudget",
-        &format!("None with `manifests/` as it is; with the `manifests/pdb` component applied:\n\n{pdb}"),
+        &format!(
+            "None with `manifests/` as it is; with the `manifests/pdb` component applied:\n\n{pdb}"
+        ),
     );
 }
 

@@ -105,7 +105,10 @@ pub fn in_session(test: &str, scenario: impl FnOnce(&Node)) {
         // PriorityClass are admitted only where a quota covers that class.
         let admission = out.join("admission.yaml");
         std::fs::write(&admission, GKE_ADMISSION).expect("admission config");
-        audit.push_str(&format!(" --admission-control-config-file={}", admission.display()));
+        audit.push_str(&format!(
+            " --admission-control-config-file={}",
+            admission.display()
+        ));
     }
     let version = std::env::var("K8S_VERSION").unwrap_or_else(|_| "1.34".into());
     let exe = std::env::current_exe().expect("test binary");

@@ -57,7 +57,12 @@ pub async fn locate(client: &kube::Client, name: &str, now: Timestamp) -> String
 /// Of kcm-rs's Leases, the namespace of the one held (the most recently
 /// renewed when several are), else of the first by namespace.
 pub fn choose(leases: &[Lease], now: Timestamp) -> Option<String> {
-    let renewed = |l: &Lease| l.spec.as_ref().and_then(|s| s.renew_time.as_ref()).map(|t| t.0);
+    let renewed = |l: &Lease| {
+        l.spec
+            .as_ref()
+            .and_then(|s| s.renew_time.as_ref())
+            .map(|t| t.0)
+    };
     let held = leases
         .iter()
         .filter(|l| matches!(LeaseState::of(l, now), LeaseState::Held { .. }))
@@ -290,8 +295,14 @@ mod tests {
         let held = at("kcm-system", lease("kcm-rs-abc", 1, 15, None));
         let newer = at("other", lease("kcm-rs-def", 0, 15, None));
         assert_eq!(choose(&[], now), None);
-        assert_eq!(choose(std::slice::from_ref(&stale), now).as_deref(), Some("kube-system"));
-        assert_eq!(choose(&[stale.clone(), held.clone()], now).as_deref(), Some("kcm-system"));
+        assert_eq!(
+            choose(std::slice::from_ref(&stale), now).as_deref(),
+            Some("kube-system")
+        );
+        assert_eq!(
+            choose(&[stale.clone(), held.clone()], now).as_deref(),
+            Some("kcm-system")
+        );
         assert_eq!(choose(&[held, stale, newer], now).as_deref(), Some("other"));
     }
 
