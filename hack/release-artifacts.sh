@@ -46,8 +46,10 @@ if [[ -n "$(git status --porcelain --untracked-files=no)" ]]; then
   [[ "${ALLOW_DIRTY:-}" == 1 ]] || die "the work tree has uncommitted changes: a release is made from one commit (ALLOW_DIRTY=1 for a trial)"
   say "warning: uncommitted changes (ALLOW_DIRTY=1): this dist/ is not the commit $commit's"
 fi
+# Every timestamp is the commit's; passed to each tool rather than exported,
+# since cargo would see it: the cc crate reruns build scripts when
+# SOURCE_DATE_EPOCH changes, rebuilding ring and all above it at each commit.
 epoch="$(git log -1 --format=%ct HEAD)"
-export SOURCE_DATE_EPOCH="$epoch"
 chart_version="$(sed -n 's/^version: *//p' charts/kcm-rs/Chart.yaml)"
 
 # 2. The tools: helm (as make test builds it), cosign and crane.
@@ -103,7 +105,7 @@ mv "$work/kcm-rs-$chart_version.tgz" "$dist/kcm-rs-chart-$chart_version.tgz"
 # 6. SBOM and provenance.
 infos=("$dist"/kcm-rs-"$version"-linux-*.build-info.json)
 python3 hack/release.py sbom --version "$version" --repository "$repo" --image "$dist/kcm-rs-$version.oci.tar" \
-  --build-info "${infos[@]}" --out "$dist/kcm-rs-$version.spdx.json"
+  --build-info "${infos[@]}" --created "$epoch" --out "$dist/kcm-rs-$version.spdx.json"
 hack/sbom-validate.sh "$dist/kcm-rs-$version.spdx.json"
 builder="${RELEASE_BUILDER:-make release-artifacts on $(hostname)}"
 python3 hack/release.py provenance --version "$version" --commit "$commit" --builder "$builder" \

@@ -48,8 +48,12 @@ fi
 
 # The image index, byte for byte as dist/ has it: the pushed digest must be
 # the one the chart pins.
+# The archive's index.json names the image index (and its name for `ctr
+# import`); pushed is that image index itself: a layout whose index.json is
+# its bytes (crane pushes them unchanged, so the digest stays).
 mkdir "$work/layout"
 tar -xf "$dist/kcm-rs-$version.oci.tar" -C "$work/layout"
+cp "$work/layout/blobs/sha256/${digest#sha256:}" "$work/layout/index.json"
 pushed="$("$crane" push "${crane_http[@]}" --index "$work/layout" "$repo:$version")"
 [[ "$pushed" == "$repo@$digest" ]] || die "pushed $pushed, not $repo@$digest"
 say "image $repo:$version@$digest"
@@ -88,6 +92,7 @@ for t in spdxjson slsaprovenance1; do
 done
 "$cosign" verify "${insecure[@]}" --key "$pub" --insecure-ignore-tlog=true "$charts/kcm-rs@$chart_digest" >/dev/null 2>"$work/log" ||
   { cat "$work/log" >&2; die "cosign verify the chart failed"; }
+mkdir -p "$work/pulled"
 "$helm" pull "oci://$charts/kcm-rs" --version "$chart_version" "${helm_http[@]}" --destination "$work/pulled" >/dev/null 2>&1 ||
   die "helm pull oci://$charts/kcm-rs --version $chart_version failed"
 cmp -s "$work/pulled/kcm-rs-$chart_version.tgz" "$chart" || die "the pulled chart differs from $chart"

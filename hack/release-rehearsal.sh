@@ -18,7 +18,7 @@ work="$(mktemp -d)"
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 target/release-tools/crane registry serve --address "127.0.0.1:$port" >"$work/registry.log" 2>&1 &
 registry=$!
-trap 'kill $registry 2>/dev/null; wait $registry 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $registry 2>/dev/null; wait $registry 2>/dev/null || true; rm -rf "$work"' EXIT
 for _ in $(seq 50); do
   curl -sf "http://127.0.0.1:$port/v2/" >/dev/null && break
   sleep 0.1

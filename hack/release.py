@@ -50,11 +50,15 @@ def sha256_file(path):
     return h.hexdigest()
 
 
-def dpkg_owner(path):
-    """(package, version, architecture) of the Debian package owning path."""
-    pkg = run(["dpkg-query", "-S", os.path.realpath(path)]).split(":")[0].strip()
+def dpkg_package(pkg):
+    """{package, version, architecture} of an installed Debian package."""
     version, arch = run(["dpkg-query", "-W", "-f=${Version} ${Architecture}", pkg]).split()
     return {"package": pkg, "version": version, "architecture": arch}
+
+
+def dpkg_owner(path):
+    """The Debian package owning path (dpkg_package)."""
+    return dpkg_package(run(["dpkg-query", "-S", os.path.realpath(path)]).split(":")[0].strip())
 
 
 def debian_release():
@@ -132,7 +136,9 @@ def build_info(args):
             "glibc": dpkg_owner(f"/usr/lib/{multiarch}/libc.a"),
             "libgcc": dpkg_owner(libgcc),
         },
-        "ca-certificates": dpkg_owner("/etc/ssl/certs/ca-certificates.crt") if os.path.exists("/usr/share/ca-certificates") else None,
+        # The bundle is update-ca-certificates' output, owned by no package:
+        # the package it is made from.
+        "ca-certificates": dpkg_package("ca-certificates"),
         "crates": crates(args.target),
     }
     with open(args.out, "w", encoding="utf-8") as f:
@@ -221,6 +227,13 @@ def sbom(args):
                       purl=f"pkg:oci/kcm-rs@{digest.replace(':', '%3A')}?arch={arch}&repository_url={args.repository}",
                       comment=f"Image manifest {digest} of the index", license_declared="Apache-2.0")
         rels.append({"spdxElementId": top, "relationshipType": "CONTAINS", "relatedSpdxElement": img})
+        # The image's files are listed: an analysed package, with SPDX's
+        # verification code (SHA-1 over its files' sorted SHA-1s).
+        sha1s = sorted(hashlib.sha1(data).hexdigest() for _, data in layer_files)
+        img_pkg = next(p for p in packages if p["SPDXID"] == img)
+        img_pkg["filesAnalyzed"] = True
+        img_pkg["packageVerificationCode"] = {"packageVerificationCodeValue": hashlib.sha1("".join(sha1s).encode()).hexdigest()}
+        img_pkg["licenseInfoFromFiles"] = ["NOASSERTION"]
         for path, data in sorted(layer_files):
             fid = spdx_id("file", arch, path)
             files.append({

@@ -493,7 +493,11 @@ fn everything_set(docs: &[Value]) {
     assert_eq!(meta["annotations"], json!({"example.com/scrape": "no"}));
     assert_eq!(meta["labels"]["example.com/team"], "platform");
     assert_eq!(meta["labels"]["app.kubernetes.io/name"], "kcm-rs");
-    assert_eq!(ctr["resources"]["limits"], json!({"memory": 1073741824}));
+    // Merged with the defaults (cpu "1"), as helm merges maps.
+    assert_eq!(
+        ctr["resources"]["limits"],
+        json!({"cpu": "1", "memory": 1073741824})
+    );
     assert_eq!(pod["tolerations"][0]["tolerationSeconds"], 60);
     let sa = find(docs, "ServiceAccount", "kcm-rs");
     assert_eq!(sa["metadata"]["annotations"]["example.com/role"], "kcm-rs");

@@ -84,6 +84,8 @@ pub struct Step {
     pub chart: String,
     pub image: String,
     pub commits: Vec<String>,
+    /// The running containers' image digests (kubelet's imageID).
+    pub image_ids: Vec<String>,
     pub ready: usize,
     pub holder: String,
     pub pdb: bool,
@@ -136,6 +138,20 @@ pub async fn step(
         .list(&ListParams::default().labels(SELECTOR))
         .await
         .expect("pods");
+    let image_ids: Vec<String> = pods
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            p.status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .first()
+                .map(|c| c.image_id.clone())
+        })
+        .map(|id| id.rsplit('@').next().unwrap_or_default().to_string())
+        .collect();
     let ready = pods
         .items
         .iter()
@@ -176,6 +192,7 @@ pub async fn step(
         chart,
         image,
         commits,
+        image_ids,
         ready,
         holder,
         pdb,
@@ -185,17 +202,22 @@ pub async fn step(
 
 pub fn steps_markdown(steps: &[Step]) -> String {
     let mut s = String::from(
-        "| step | command | took | revision | chart (pods) | image | builds (kcm_rs_build_info) | Ready | Lease holder | PDB | ResourceQuota |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| step | command | took | revision | chart (pods) | image | running image digests (kubelet) | builds (kcm_rs_build_info) | Ready | Lease holder | PDB | ResourceQuota |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for x in steps {
         s.push_str(&format!(
-            "| {} | `{}` | {:.0} s | {} | {} | `{}` | {} | {}/2 | {} | {} | {} |\n",
+            "| {} | `{}` | {:.0} s | {} | {} | `{}` | {} | {} | {}/2 | {} | {} | {} |\n",
             x.what,
             x.command,
             x.took.as_secs_f64(),
             x.revision,
             x.chart,
             x.image,
+            x.image_ids
+                .iter()
+                .map(|d| short(d))
+                .collect::<Vec<_>>()
+                .join(", "),
             x.commits.join(", "),
             x.ready,
             x.holder,
@@ -261,6 +283,10 @@ async fn gke_quota(node: &Node, client: &kube::Client, p: &mut Problems) -> Stri
             "refused"
         }
     )
+}
+
+fn short(digest: &str) -> String {
+    digest.chars().take(19).collect()
 }
 
 /// The image name's repository and tag.
@@ -429,28 +455,37 @@ pub async fn scenario(node: &Node, r: &mut super::Report, p: &mut Problems, clie
         );
     }
 
-    // Each step: both replicas Ready, a holder, the chart and build meant.
-    let b_commit = format!("{a_commit}-b");
+    // Each step: both replicas Ready, a holder, the chart and image meant
+    // (images A and B told apart by what the kubelet runs: the image ID of
+    // the first step is A's; B's is another).
+    let a_id = steps[0].image_ids.first().cloned().unwrap_or_default();
+    let b_id = steps[4].image_ids.first().cloned().unwrap_or_default();
+    p.check(
+        !a_id.is_empty() && a_id != b_id,
+        format!("images A and B run as different images: {a_id} / {b_id}"),
+    );
     let want: [(&str, &str, bool, bool); 6] = [
-        (&prev_version, &a_commit, true, false),
-        (&current, &a_commit, false, true),
-        (&prev_version, &a_commit, true, false),
-        (&current, &a_commit, false, true),
-        (&current, &b_commit, false, true),
-        (&current, &a_commit, false, true),
+        (&prev_version, &a_id, true, false),
+        (&current, &a_id, false, true),
+        (&prev_version, &a_id, true, false),
+        (&current, &a_id, false, true),
+        (&current, &b_id, false, true),
+        (&current, &a_id, false, true),
     ];
-    for (s, (chart, commit, pdb, quota)) in steps.iter().zip(want) {
+    for (s, (chart, id, pdb, quota)) in steps.iter().zip(want) {
         p.check(
             s.ready == 2
                 && !s.holder.is_empty()
                 && s.chart == format!("kcm-rs-{chart}")
+                && s.image_ids.len() == 2
+                && s.image_ids.iter().all(|d| d == id)
                 && s.commits.len() == 2
-                && s.commits.iter().all(|c| c == commit)
+                && s.commits.iter().all(|c| c.starts_with(&a_commit))
                 && s.pdb == pdb
                 && s.quota == quota,
             format!(
-                "{}: {}/2 Ready, holder {:?}, chart {} (want kcm-rs-{chart}), builds {:?} (want {commit}), PDB {} (want {pdb}), quota {} (want {quota})",
-                s.what, s.ready, s.holder, s.chart, s.commits, s.pdb, s.quota
+                "{}: {}/2 Ready, holder {:?}, chart {} (want kcm-rs-{chart}), images {:?} (want {id}), builds {:?}, PDB {} (want {pdb}), quota {} (want {quota})",
+                s.what, s.ready, s.holder, s.chart, s.image_ids, s.commits, s.pdb, s.quota
             ),
         );
     }
