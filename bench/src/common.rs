@@ -44,6 +44,10 @@ pub struct Env {
     /// Extra flags for kcm-rs only (an A/B of one build, e.g. its
     /// `--kube-api-content-type`).
     pub kcm_rs_args: Vec<String>,
+    /// Another kcm-rs binary in upstream KCM's place (an A/B of two
+    /// builds: the rows' "upstream" side is this build, with the same
+    /// `kcm_rs_args`).
+    pub baseline: Option<PathBuf>,
     pub kcm_sim: PathBuf,
     pub started: Instant,
 }
@@ -115,14 +119,15 @@ pub fn spawn_manager_via(
     extra: &[String],
 ) -> anyhow::Result<Manager> {
     let mut list: Vec<&str> = controllers.to_vec();
-    let bin = match imp {
-        Impl::Upstream => {
+    let bin = match (imp, &env.baseline) {
+        (Impl::Upstream, Some(b)) => b.clone(),
+        (Impl::Upstream, None) => {
             if list.contains(&"taint-eviction-controller") {
                 list.push("daemonset-controller");
             }
             binaries::ensure_built()?.join("kcm-e2e-controller-manager")
         }
-        Impl::KcmRs => env.kcm_rs.clone(),
+        (Impl::KcmRs, _) => env.kcm_rs.clone(),
     };
     let log = std::fs::File::create(cp.dir().join(format!("{}.log", imp.label())))?;
     let child = Command::new(&bin)
@@ -132,9 +137,9 @@ pub fn spawn_manager_via(
         .arg(format!("--kube-api-burst={burst}"))
         .args(["--leader-elect=false", "--secure-port=0"])
         .args(extra)
-        .args(match imp {
-            Impl::KcmRs => env.kcm_rs_args.as_slice(),
-            Impl::Upstream => &[],
+        .args(match (imp, &env.baseline) {
+            (Impl::KcmRs, _) | (Impl::Upstream, Some(_)) => env.kcm_rs_args.as_slice(),
+            (Impl::Upstream, None) => &[],
         })
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))

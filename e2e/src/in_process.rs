@@ -14,6 +14,7 @@ use std::time::Duration;
 use kcm_features::FeatureGates;
 use kcm_runtime::controller::{ControllerContext, ControllerSpec, Options, Settings};
 use kcm_runtime::informer::InformerFactory;
+use kcm_runtime::metrics::Metrics;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 
@@ -22,6 +23,9 @@ use crate::{ControlPlane, HarnessError};
 /// Controllers running in this process; dropping it stops them.
 pub struct InProcess {
     pub informers: InformerFactory,
+    /// Their metrics, on a registry of their own: a test reads its
+    /// controllers' counters here, untouched by any other test's.
+    pub metrics: Metrics,
     stop: CancellationToken,
 }
 
@@ -89,6 +93,7 @@ pub async fn start_at(
         host_settings: Default::default(),
         fence: kcm_runtime::client::Fence::open(),
         clock: kcm_runtime::clock::Clock::system(),
+        metrics: Metrics::detached(),
     };
     let not_started = |e: kcm_runtime::controller::InitError| HarnessError::NotHealthy {
         reason: e.to_string(),
@@ -99,7 +104,11 @@ pub async fn start_at(
     kcm_runtime::controller::start(&ctx, &specs).map_err(not_started)?;
     let informers = ctx.informers.clone();
     informers.wait_for_sync().await;
-    Ok(InProcess { informers, stop })
+    Ok(InProcess {
+        informers,
+        metrics: ctx.metrics.clone(),
+        stop,
+    })
 }
 
 /// How long [`start_detached`] waits for the controllers' informers to sync.
@@ -111,6 +120,8 @@ const DETACHED_START_TIMEOUT: Duration = Duration::from_secs(60);
 /// in a `static` and shared by all tests of a binary. Dropping it stops
 /// them and joins the thread.
 pub struct Detached {
+    /// The controllers' metrics ([`InProcess::metrics`]).
+    pub metrics: Metrics,
     stop: CancellationToken,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -137,7 +148,7 @@ pub fn start_detached(
     let specs = specs.to_vec();
     let stop = CancellationToken::new();
     let token = stop.clone();
-    let (tx, rx) = std::sync::mpsc::channel::<Result<(), HarnessError>>();
+    let (tx, rx) = std::sync::mpsc::channel::<Result<Metrics, HarnessError>>();
     let thread = std::thread::Builder::new()
         .name("kcm-in-process".into())
         .spawn(move || {
@@ -160,7 +171,7 @@ pub fn start_detached(
                 };
                 match started {
                     Ok(running) => {
-                        let _ = tx.send(Ok(()));
+                        let _ = tx.send(Ok(running.metrics.clone()));
                         token.cancelled().await;
                         drop(running);
                     }
@@ -171,12 +182,16 @@ pub fn start_detached(
             });
             rt.shutdown_timeout(Duration::from_secs(5));
         })?;
-    let detached = Detached {
+    let mut detached = Detached {
+        metrics: Metrics::detached(),
         stop,
         thread: Some(thread),
     };
     match rx.recv_timeout(DETACHED_START_TIMEOUT) {
-        Ok(Ok(())) => Ok(detached),
+        Ok(Ok(metrics)) => {
+            detached.metrics = metrics;
+            Ok(detached)
+        }
         Ok(Err(e)) => Err(e),
         Err(e) => Err(HarnessError::NotHealthy {
             reason: format!(

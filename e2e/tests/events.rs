@@ -32,7 +32,11 @@ async fn events_carry_the_source_component_and_repeats_are_counted() {
         uid: pod.metadata.uid.clone(),
         ..Default::default()
     };
-    let recorder = Recorder::new(client.clone(), "taint-eviction-controller");
+    let recorder = Recorder::new(
+        client.clone(),
+        "taint-eviction-controller",
+        &Default::default(),
+    );
     let msg = format!("Marking for deletion Pod {}/victim", ns.name);
     recorder.event(
         &reference,

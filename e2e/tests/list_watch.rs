@@ -4,6 +4,7 @@
 //! `WatchList` gate off, and one HTTP/2 connection for every client and
 //! watch of a process.
 
+use kcm_runtime::metrics::Metrics;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kcm_e2e::faults::{Fault, FaultProxy, FaultSettings, Record, Script, When};
 use kcm_e2e::{ControlPlane, TestNamespace, shared};
 use kcm_pod::CachedPod;
-use kcm_runtime::client::{ClientOptions, build_client, transport};
+use kcm_runtime::client::{ClientOptions, build_client};
 use kcm_runtime::informer::{Informer, InformerFactory};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
@@ -30,19 +31,23 @@ fn pod(name: &str) -> Pod {
 /// A kcm-rs client (the controllers' stack and transport) from a kubeconfig.
 /// (The connection count of a whole kcm-rs process, by `/proc`, is the
 /// benchmark's: test processes share their API server with other tests.)
-async fn kcm_client(kubeconfig: &std::path::Path) -> kube::Client {
+async fn kcm_client(kubeconfig: &std::path::Path, metrics: &Metrics) -> kube::Client {
     let kc = Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .expect("config");
-    build_client(config, &ClientOptions::for_component("list-watch-test")).expect("client")
+    build_client(
+        config,
+        &ClientOptions::for_component("list-watch-test", metrics),
+    )
+    .expect("client")
 }
 
 /// A kcm-rs pod informer through `kubeconfig`, started and synced.
 async fn synced_pod_informer(
     kubeconfig: &std::path::Path,
 ) -> (Arc<Informer<CachedPod>>, CancellationToken) {
-    let factory = InformerFactory::new(kcm_client(kubeconfig).await);
+    let factory = InformerFactory::new(kcm_client(kubeconfig, &Metrics::detached()).await);
     let inf = factory.informer::<CachedPod>();
     let stop = CancellationToken::new();
     factory.start(stop.clone());
@@ -231,8 +236,9 @@ async fn every_client_and_watch_share_one_http2_connection() {
     let admin = cp.client().await.expect("client");
     let ns = TestNamespace::create(&admin, "h2").await.expect("ns");
     // Two controllers' clients, four watches, requests in parallel.
-    let a = kcm_client(cp.kubeconfig()).await;
-    let b = kcm_client(cp.kubeconfig()).await;
+    let metrics = Metrics::detached();
+    let a = kcm_client(cp.kubeconfig(), &metrics).await;
+    let b = kcm_client(cp.kubeconfig(), &metrics).await;
     let factory = InformerFactory::new(a.clone());
     let pods = factory.informer::<CachedPod>();
     factory.informer::<k8s_openapi::api::batch::v1::Job>();
@@ -257,11 +263,7 @@ async fn every_client_and_watch_share_one_http2_connection() {
     let ns_name = ns.name.clone();
     eventually("20 pods seen", || names_in(&pods, &ns_name).len() == 20).await;
     let host = kcm_runtime::client::host_label(&cp.server().parse().expect("url"));
-    let gauge = |p: &str| {
-        transport::connections_gauge()
-            .with_label_values(&[&host, p])
-            .get()
-    };
+    let gauge = |p: &str| metrics.connections().with_label_values(&[&host, p]).get();
     assert_eq!(gauge("HTTP/2"), 1, "one HTTP/2 connection");
     assert_eq!(gauge("HTTP/1.1"), 0);
     stop.cancel();

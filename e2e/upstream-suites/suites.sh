@@ -25,6 +25,7 @@
 #                                     (a missed leaf is rerun once)
 #   suites.sh all "1.34 1.37" "kcm kcm-rs" [SUITE...]
 #   suites.sh gen 1.N.x               (re)write the module file of a version
+#                                     (e2e/gen-modfile.sh upstream-suites 1.N.x)
 #   suites.sh durations 1.N IMPL SUITE  the last run's seconds per top-level
 #                                     test (durations/1.N-SUITE.tsv, for SHARDS)
 #
@@ -268,26 +269,16 @@ check() {
   leaves check "$json" "$exp"
 }
 
-gen() {
-  local full="${1#v}" v tmp staging_tag go_line kmod m
+# The module file of a release comes from the harnesses' one template
+# (e2e/gen-modfile.sh), which calls `tidy` below: upstream's tests are copied
+# per run, so the file is tidied over a copy of them.
+gen() { "$here/../gen-modfile.sh" upstream-suites "$@"; }
+
+tidy() {
+  local full="${1#v}" mf="$2" v tmp s
   v="$(minor "$full")"
-  staging_tag="v0.$(echo "$full" | cut -d. -f2,3)"
-  kmod="$(cd "$(mktemp -d)" && go mod download -json "k8s.io/kubernetes@v$full" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
-  go_line="$(awk '$1 == "go" { print $2; exit }' "$kmod")"
   tmp="$work/gen-$v/src"; rm -rf "$work/gen-$v"; mkdir -p "$tmp"
-  {
-    echo "module github.com/kcm-rs/kcm-rs/e2e/upstream-suites"
-    echo; echo "go $go_line"; echo
-    echo "require ("
-    echo "	github.com/kcm-rs/kcm-rs/e2e/localcp v0.0.0"
-    echo "	k8s.io/kubernetes v$full"
-    echo ")"
-    echo; echo "replace ("
-    awk '$2 == "=>" && $3 ~ /^\.\/staging\// { print $1 }' "$kmod" | LC_ALL=C sort | while read -r m; do echo "	$m => $m $staging_tag"; done
-    echo ")"
-    echo; echo "// The local control plane helpers both Go harnesses share."
-    echo "replace github.com/kcm-rs/kcm-rs/e2e/localcp => ../localcp"
-  } > "$tmp/go.mod"
+  cp "$mf" "$tmp/go.mod"
   # tidy over the unpatched tests, extctl and the commands
   local kdir; kdir="$(kdir_of "v$full")"
   cp -r "$here/extctl" "$here/cmd" "$tmp/"
@@ -295,10 +286,8 @@ gen() {
   for s in "${all_suites[@]}"; do mkdir -p "$tmp/$s"; cp "$kdir/test/integration/$s/"*.go "$tmp/$s/"; done
   chmod -R u+w "$tmp"
   (cd "$tmp" && go mod tidy)
-  local mf; mf="$(modfile_of "$v")"; mkdir -p "$(dirname "$mf")"
   cp "$tmp/go.mod" "$mf"; cp "$tmp/go.sum" "${mf%.mod}.sum"
   rm -rf "$work/gen-$v"
-  echo "wrote $mf (k8s.io/kubernetes v$full)" >&2
 }
 
 cmd="${1:-}"; shift || true
@@ -310,6 +299,7 @@ case "$cmd" in
   check) check "$@" ;;
   bar) bar "$@" ;;
   gen) gen "$@" ;;
+  tidy) tidy "$@" ;;
   durations) durations "$@" ;;
   all)
     versions="$1"; impls="$2"; shift 2; rc=0

@@ -78,6 +78,10 @@ struct Flags {
     /// `--kcm-rs-arg=--kube-api-content-type=application/json`.
     #[arg(long = "kcm-rs-arg", allow_hyphen_values = true)]
     kcm_rs_args: Vec<String>,
+    /// A second kcm-rs binary run in upstream KCM's place: an A/B of two
+    /// builds in the same rounds (the "upstream" column is this build).
+    #[arg(long)]
+    baseline: Option<PathBuf>,
 }
 
 fn metric(name: &str, unit: &str, up: f64, ours: f64, lower: bool, target: Option<f64>) -> Metric {
@@ -207,6 +211,7 @@ async fn main() -> anyhow::Result<()> {
     let env = Env {
         kcm_rs: flags.kcm_rs.clone(),
         kcm_rs_args: flags.kcm_rs_args.clone(),
+        baseline: flags.baseline.clone(),
         kcm_sim: sibling_binary("kcm-sim"),
         started: Instant::now(),
     };

@@ -21,6 +21,7 @@ mod serve;
 mod startup;
 mod tools;
 
+use kcm_runtime::metrics::Metrics;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -67,7 +68,7 @@ async fn kube_config(flags: &Flags) -> Result<kube::Config, Failure> {
 /// The KCM kcm-rs behaves as (the API server's minor) and the version its
 /// gates are evaluated at (`--emulated-version`, down to that KCM's floor);
 /// see `Emulation::choose` for kcm-rs's override beyond that.
-fn behave_as(flag: Option<&str>, server: &str) -> Result<Emulation, Failure> {
+fn behave_as(flag: Option<&str>, server: &str, metrics: &Metrics) -> Result<Emulation, Failure> {
     let chosen = Emulation::choose(flag, server).map_err(|e| Failure::User(e.to_string()))?;
     if let Some(w) = chosen.warning {
         tracing::warn!(server, emulated = %chosen.emulation, "{w}");
@@ -82,6 +83,7 @@ fn behave_as(flag: Option<&str>, server: &str) -> Result<Emulation, Failure> {
         })
         .unwrap_or(binary.minor());
     kcm_runtime::metrics::register_version_skew(
+        metrics.registry(),
         &format!("1.{server_minor}"),
         &binary.to_string(),
         i64::from(server_minor.saturating_sub(binary.minor())),
@@ -131,6 +133,7 @@ fn tls_options(flags: &Flags) -> kcm_serving::TlsOptions {
 /// in-cluster, else none (with a warning). One that cannot reach its server
 /// is a start-up error.
 async fn review_client(
+    metrics: &Metrics,
     path: Option<&std::path::Path>,
     flag: &str,
 ) -> Result<Option<kube::Client>, Failure> {
@@ -152,7 +155,7 @@ async fn review_client(
     let opts = ClientOptions {
         qps: 200.0,
         burst: 400,
-        ..ClientOptions::for_component("delegated-auth")
+        ..ClientOptions::for_component("delegated-auth", metrics)
     };
     let client = build_client(config, &opts).map_err(|e| Failure::User(format!("{flag}: {e}")))?;
     let (never, clock) = (
@@ -168,24 +171,86 @@ async fn review_client(
     Ok(Some(client))
 }
 
-async fn delegated_auth(flags: &Flags) -> Result<kcm_serving::Delegate, Failure> {
+/// What the delegated authentication and authorization are built from.
+struct AuthFlags {
+    authn: Option<std::path::PathBuf>,
+    authz: Option<std::path::PathBuf>,
+    always_allow: Vec<String>,
+}
+
+impl AuthFlags {
+    fn of(flags: &Flags) -> Self {
+        AuthFlags {
+            authn: flags.authentication_kubeconfig.clone(),
+            authz: flags.authorization_kubeconfig.clone(),
+            always_allow: flags.authorization_always_allow_paths.clone(),
+        }
+    }
+}
+
+async fn delegated_auth(
+    flags: AuthFlags,
+    metrics: &Metrics,
+) -> Result<kcm_serving::Delegate, Failure> {
     let authn = review_client(
-        flags.authentication_kubeconfig.as_deref(),
+        metrics,
+        flags.authn.as_deref(),
         "--authentication-kubeconfig",
     )
     .await?;
     let authz = review_client(
-        flags.authorization_kubeconfig.as_deref(),
+        metrics,
+        flags.authz.as_deref(),
         "--authorization-kubeconfig",
     )
     .await?;
-    let metrics = kcm_serving::Metrics::register(kcm_runtime::metrics::registry());
+    let serving = kcm_serving::Metrics::register(metrics.registry());
     Ok(kcm_serving::Delegate::new(
         authn,
         authz,
-        flags.authorization_always_allow_paths.clone(),
-        metrics,
+        flags.always_allow,
+        serving,
     ))
+}
+
+/// The secure port, on a thread and runtime of its own where its review
+/// clients are built too: their connection to the API server and its tasks
+/// live there, apart from the controllers' (a flood of the port cannot slow
+/// their traffic, nor a review reconnect their connection onto its thread).
+/// Start-up errors come back as from the main thread.
+async fn secure_port(
+    flags: &Flags,
+    metrics: &Metrics,
+    status: &Arc<serve::Status>,
+    stop: &CancellationToken,
+) -> Result<std::thread::JoinHandle<()>, Failure> {
+    let addr = SocketAddr::new(flags.bind_address, flags.port);
+    let (auth, tls) = (AuthFlags::of(flags), tls_options(flags));
+    let (metrics, status, stop) = (metrics.clone(), Arc::clone(status), stop.clone());
+    let (ready, started) = tokio::sync::oneshot::channel();
+    let thread = kcm_serving::on_own_thread("kcm-rs-serving", move || async move {
+        let built = async {
+            let delegate = delegated_auth(auth, &metrics).await?;
+            serve::secure(addr, &status, &tls, delegate)
+                .await
+                .map_err(|e| Failure::User(e.to_string()))
+        };
+        match built.await {
+            Ok(server) => {
+                let _ = ready.send(Ok(()));
+                server.run(serve::router(status), stop).await;
+            }
+            Err(e) => {
+                let _ = ready.send(Err(e));
+            }
+        }
+    })
+    .map_err(|e| Failure::Runtime(format!("starting the secure port's thread: {e}")))?;
+    match started.await {
+        Ok(Ok(())) => Ok(thread),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(Failure::Runtime("the secure port's thread ended".into())),
+    }
 }
 
 /// Where the controllers' ServiceAccounts are, and the pod kcm-rs runs in.
@@ -241,12 +306,20 @@ async fn run(
     let stop = CancellationToken::new();
     // The one clock of the process: start-up, leader election, controllers.
     let clock = kcm_runtime::clock::Clock::system();
+    // The process's registry, the one `/metrics` serves; the runtime's
+    // families on it, built once and passed to whatever registers more.
+    let metrics = Metrics::new(&prometheus::Registry::new());
+    kcm_runtime::metrics::build_info(
+        metrics.registry(),
+        env!("CARGO_PKG_VERSION"),
+        env!("KCM_RS_GIT_COMMIT"),
+    );
     let retry = startup::Bound::start_up(&stop, &clock);
     let version = startup::server_version(&probe, &url, retry).await?;
     // Its kube HTTP/1.1 connection would stay pooled beside the one HTTP/2
     // connection every other client shares (client::transport).
     drop(probe);
-    let emulation = behave_as(flags.emulated_version.as_deref(), &version)?;
+    let emulation = behave_as(flags.emulated_version.as_deref(), &version, &metrics)?;
     let behaves_as = emulation.binary();
     tracing::info!(server = %url, %version, kcm_version = %behaves_as, emulated_version = %emulation, "connected");
     let gates = gates
@@ -277,12 +350,12 @@ async fn run(
     );
 
     // process_* families (CPU, RSS, open fds), as every Go component exports.
-    if let Err(e) = kcm_runtime::metrics::registry().register(Box::new(
+    if let Err(e) = metrics.registry().register(Box::new(
         prometheus::process_collector::ProcessCollector::for_self(),
     )) {
         tracing::warn!("process metrics unavailable: {e}");
     }
-    let status = Arc::new(serve::Status::default());
+    let status = Arc::new(serve::Status::new(metrics.clone()));
     *status.standby.write() = flags.leader_elect;
     // The controllers' runtime turns, or /healthz and /livez say it does not.
     status.checks.write().push((
@@ -295,11 +368,7 @@ async fn run(
     });
     let mut servers = Vec::new();
     if flags.port != 0 {
-        let addr = SocketAddr::new(flags.bind_address, flags.port);
-        let delegate = delegated_auth(&flags).await?;
-        let tls = tls_options(&flags);
-        let secure = serve::serve_secure(addr, Arc::clone(&status), stop.clone(), &tls, delegate);
-        servers.push(secure.await.map_err(|e| Failure::User(e.to_string()))?);
+        servers.push(secure_port(&flags, &metrics, &status, &stop).await?);
     }
     if let Some(addr) = health {
         let health = serve::serve_health(addr, Arc::clone(&status), stop.clone());
@@ -328,6 +397,7 @@ async fn run(
             &selected,
             flags.service_account_token_renewal,
             retry,
+            &metrics,
         )
         .await?
     } else {
@@ -352,13 +422,13 @@ async fn run(
         };
         let lease_client = build_client(
             config.clone(),
-            &ClientOptions::for_component("leader-election"),
+            &ClientOptions::for_component("leader-election", &metrics),
         )
         .map_err(|e| Failure::User(e.to_string()))?;
         // The Lease says which mode runs (kcm_job::mode; `kcm-rs lint` reads it).
         let jobs = selected.iter().any(|c| c.name == kcm_job::SPEC.name);
         let marks = kcm_job::mode::annotations(flags.job.job_managed_by.as_deref(), jobs);
-        let mut e = LeaderElector::new(lease_client, cfg, fence.clone())
+        let mut e = LeaderElector::new(lease_client, cfg, fence.clone(), &metrics)
             .map_err(|e| Failure::User(e.to_string()))?
             .with_annotations(marks)
             .with_clock(clock.clone());
@@ -385,6 +455,7 @@ async fn run(
         host_settings: flags.host_settings(),
         fence: fence.clone(),
         clock,
+        metrics,
     };
     // A process that cannot start its controllers gives the Lease back
     // first, so a healthy standby need not wait out a lease duration.

@@ -17,17 +17,30 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use kcm_runtime::controller::Health;
 use kcm_runtime::informer::InformerFactory;
+use kcm_runtime::metrics::Metrics;
 use kcm_serving::{Delegate, HealthServer, SecureServer, ServeError, TlsOptions};
 use parking_lot::RwLock;
 use tokio_util::sync::CancellationToken;
 
 /// What the endpoints report on; filled in as the process starts up.
-#[derive(Default)]
 pub struct Status {
+    /// What `/metrics` renders: the process's metrics, passed in.
+    pub metrics: Metrics,
     pub checks: RwLock<Vec<(String, Health)>>,
     pub informers: RwLock<Option<InformerFactory>>,
     /// Waiting for the lease: ready (a standby must not block a rollout).
     pub standby: RwLock<bool>,
+}
+
+impl Status {
+    pub fn new(metrics: Metrics) -> Self {
+        Status {
+            metrics,
+            checks: RwLock::default(),
+            informers: RwLock::default(),
+            standby: RwLock::default(),
+        }
+    }
 }
 
 type Shared = Arc<Status>;
@@ -112,13 +125,13 @@ async fn readyz(State(s): State<Shared>) -> impl IntoResponse {
     }
 }
 
-async fn metrics() -> impl IntoResponse {
+async fn metrics(State(s): State<Shared>) -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,
             kcm_runtime::metrics::TEXT_CONTENT_TYPE,
         )],
-        kcm_runtime::metrics::render(),
+        s.metrics.render(),
     )
 }
 
@@ -189,23 +202,18 @@ pub fn runtime_heartbeat(stop: CancellationToken) -> Health {
     health
 }
 
-/// Binds and serves over HTTPS until `stop` fires, on a thread of its
-/// own. Certificate and binding errors are returned at once (start-up
-/// errors, not log lines).
-pub async fn serve_secure(
+/// The secure port bound with its certificate and `delegate`, answering
+/// 404 for what [`router`] does not serve; not yet serving. Certificate and
+/// binding errors are start-up errors, not log lines.
+pub async fn secure(
     addr: SocketAddr,
-    status: Shared,
-    stop: CancellationToken,
+    status: &Shared,
     tls: &TlsOptions,
     delegate: Delegate,
-) -> Result<std::thread::JoinHandle<()>, ServeError> {
-    kcm_runtime::metrics::register_build_info(env!("CARGO_PKG_VERSION"), env!("KCM_RS_GIT_COMMIT"));
-    let server = SecureServer::bind(addr, tls, delegate)
+) -> Result<SecureServer, ServeError> {
+    Ok(SecureServer::bind(addr, tls, delegate)
         .await?
-        .with_served(served(Arc::clone(&status)));
-    server
-        .spawn_thread(router(status), stop)
-        .map_err(|source| ServeError::Bind { addr, source })
+        .with_served(served(Arc::clone(status))))
 }
 
 /// Binds and serves the health port until `stop` fires, on a thread of
@@ -226,7 +234,7 @@ mod tests {
 
     #[test]
     fn healthz_lists_failing_checks() {
-        let s = Status::default();
+        let s = Status::new(Metrics::detached());
         let good = Health::default();
         good.set(true);
         let bad = Health::default();
@@ -241,7 +249,7 @@ mod tests {
 
     #[tokio::test]
     async fn one_check_gives_its_reason_and_the_aggregate_withholds_it() {
-        let s = Arc::new(Status::default());
+        let s = Arc::new(Status::new(Metrics::detached()));
         let h = Health::healthy("job-controller");
         s.checks.write().push(("job-controller".into(), h.clone()));
         let one = |s: &Shared| healthz_one(State(Arc::clone(s)), Path("job-controller".into()));

@@ -11,6 +11,7 @@
 //! permanent answer (401, 403, 404, a bad certificate) is reported at once
 //! as the user's to fix.
 
+use kcm_runtime::metrics::Metrics;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -160,11 +161,12 @@ async fn check_token(
     config: &kube::Config,
     token: &TokenSource,
     retry: Bound<'_>,
+    metrics: &Metrics,
 ) -> Result<(), StartError> {
     let account = token.account().to_string();
     let client = build_client_as(
         config.clone(),
-        &ClientOptions::for_component("token-requests"),
+        &ClientOptions::for_component("token-requests", metrics),
         token.clone(),
     )
     .map_err(|e| StartError::Permanent(e.to_string()))?;
@@ -256,10 +258,11 @@ pub async fn controller_identities(
     selected: &[&'static ControllerSpec],
     renewal: Option<Duration>,
     retry: Bound<'_>,
+    metrics: &Metrics,
 ) -> Result<Arc<HashMap<String, TokenSource>>, StartError> {
     let client = build_client(
         config.clone(),
-        &ClientOptions::for_component("token-requests"),
+        &ClientOptions::for_component("token-requests", metrics),
     )
     .map_err(|e| StartError::Permanent(e.to_string()))?;
     let bound = anchor(&client, accounts, retry).await?;
@@ -285,7 +288,7 @@ pub async fn controller_identities(
             },
         )
         .await?;
-        check_token(config, &token, retry).await?;
+        check_token(config, &token, retry, metrics).await?;
         tracing::info!(controller = spec.name, service_account = %token.user(), "using its own identity");
         map.insert(spec.client_name.to_string(), token);
     }

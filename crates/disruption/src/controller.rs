@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kcm_pod::CachedPod;
 use kcm_runtime::events::{EventType, Recorder};
 use kcm_runtime::host::Host;
-use kcm_runtime::informer::{BY_NAMESPACE, Change, Informer, object_key};
+use kcm_runtime::informer::{BY_NAMESPACE, Change, Informer, key_of};
 use kcm_runtime::workqueue::WorkQueue;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
@@ -61,22 +61,18 @@ pub struct Owners {
     pub statefulsets: Arc<Informer<StatefulSet>>,
 }
 
-fn key(ns: &str, name: &str) -> String {
-    format!("{ns}/{name}")
-}
-
 impl OwnerCache for Owners {
     fn replication_controller(&self, ns: &str, name: &str) -> Option<Arc<ReplicationController>> {
-        self.rcs.store().get(&key(ns, name))
+        self.rcs.store().get(&key_of(ns, name))
     }
     fn replica_set(&self, ns: &str, name: &str) -> Option<Arc<ReplicaSet>> {
-        self.rss.store().get(&key(ns, name))
+        self.rss.store().get(&key_of(ns, name))
     }
     fn deployment(&self, ns: &str, name: &str) -> Option<Arc<Deployment>> {
-        self.deployments.store().get(&key(ns, name))
+        self.deployments.store().get(&key_of(ns, name))
     }
     fn stateful_set(&self, ns: &str, name: &str) -> Option<Arc<StatefulSet>> {
-        self.statefulsets.store().get(&key(ns, name))
+        self.statefulsets.store().get(&key_of(ns, name))
     }
 }
 
@@ -147,7 +143,7 @@ impl Controller {
         };
         if pdbs.len() > 1 {
             let msg = ev::multiple_pdbs_message(pod.namespace(), pod.name(), &first.name_any());
-            tracing::info!(pod = %object_key(pod), "{msg}");
+            tracing::info!(pod = %pod.key(), "{msg}");
             self.recorder.event(
                 &pod.object_reference(),
                 EventType::Warning,
@@ -155,7 +151,8 @@ impl Controller {
                 msg,
             );
         }
-        self.queue.add(object_key(first.as_ref()));
+        self.queue
+            .add(kcm_runtime::informer::Informable::key(first.as_ref()));
     }
 
     fn check_stale(&self, pod: &CachedPod) {
@@ -163,7 +160,7 @@ impl Controller {
             return;
         };
         if let Some(wait) = stale::stale_wait(pod, self.clock.now(), timeout) {
-            self.stale.add_after(object_key(pod), wait);
+            self.stale.add_after(pod.key(), wait);
         }
     }
 

@@ -85,7 +85,8 @@ pub fn build(ctx: &ControllerContext) -> Result<Arc<Controller>, InitError> {
         .then_some(settings.stale_pod_disruption_timeout);
     let c = Arc::new(Controller {
         scale: scale::ScaleClient::new(client.clone()),
-        recorder: Recorder::new(client.clone(), events::COMPONENT).with_clock(ctx.clock.clone()),
+        recorder: Recorder::new(client.clone(), events::COMPONENT, &ctx.metrics)
+            .with_clock(ctx.clock.clone()),
         client,
         pods,
         pdbs,
@@ -98,12 +99,18 @@ pub fn build(ctx: &ControllerContext) -> Result<Arc<Controller>, InitError> {
             QUEUE,
             RetryRateLimit::controller_default(),
             namespace_lane::<String>,
+            &ctx.metrics,
         ),
-        recheck: WorkQueue::new(RECHECK_QUEUE, RetryRateLimit::controller_default()),
+        recheck: WorkQueue::new(
+            RECHECK_QUEUE,
+            RetryRateLimit::controller_default(),
+            &ctx.metrics,
+        ),
         stale: WorkQueue::fair(
             STALE_QUEUE,
             RetryRateLimit::controller_default(),
             namespace_lane::<String>,
+            &ctx.metrics,
         ),
         stale_timeout,
         pdb_workers: usize::try_from(settings.concurrent_disruption_syncs)

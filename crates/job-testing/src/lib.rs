@@ -477,9 +477,11 @@ pub async fn wait_event(
 }
 
 /// Sum of the samples of metric `name` whose labels include all `labels`
-/// (`key="value"` pairs), from kcm-rs's process-wide registry.
-pub fn metric(name: &str, labels: &[(&str, &str)]) -> f64 {
-    kcm_runtime::metrics::render()
+/// (`key="value"` pairs), from the registry of controllers started in
+/// this process (`InProcess::metrics`).
+pub fn metric(metrics: &kcm_runtime::metrics::Metrics, name: &str, labels: &[(&str, &str)]) -> f64 {
+    metrics
+        .render()
         .lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {

@@ -85,28 +85,38 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     let marks = mode::annotations(settings.job_managed_by.as_deref(), true);
     let port = controller::port::ApiPort::new(
         client.clone(),
-        Recorder::annotated(client, NAME, marks).with_clock(ctx.clock.clone()),
+        Recorder::annotated(client, NAME, marks, &ctx.metrics).with_clock(ctx.clock.clone()),
     );
+    let metrics = metrics::Metrics::new(ctx.metrics.registry(), ctx.version);
     let mut config = sync::Config::new(&ctx.features);
     if let Some(name) = settings.job_managed_by.as_deref() {
         config = config.beside(name).map_err(|e| InitError {
             controller: SPEC.name,
             message: e.to_string(),
         })?;
-        metrics::set_managed_by(name);
+        metrics.set_managed_by(name);
         tracing::info!(
             managed_by = name,
             "job-controller runs beside kube-controller-manager: it syncs only Jobs with spec.managedBy={name}; every other Job and ownerless pod is KCM's"
         );
     }
-    let mut jc = controller::JobController::new(port, jobs, pods, config, ctx.clock.clone());
-    jc.conflict = conflict::Ledger::new(settings.on_conflict);
-    if config.workload_with_job {
+    let (workload_with_job, workload_api) = (config.workload_with_job, config.workload_api);
+    let mut jc = controller::JobController::new(
+        port,
+        jobs,
+        pods,
+        config,
+        ctx.clock.clone(),
+        &ctx.metrics,
+        metrics,
+    )
+    .with_on_conflict(settings.on_conflict);
+    if workload_with_job {
         // Only with the gate on: no list/watch (nor RBAC) otherwise; the
         // minor's API version only.
         use controller::scheduling::{Informers, Scheduling};
         let informers = &ctx.informers;
-        jc.scheduling = Some(match config.workload_api {
+        jc = jc.with_scheduling(match workload_api {
             workload::Api::V1beta1 => {
                 Scheduling::V137(Informers::new(informers.informer(), informers.informer()))
             }
@@ -115,16 +125,8 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
             }
         });
     }
-    // Registered at start; a series appears per writer seen.
-    controller::conflict::gauge();
     let jc = Arc::new(jc);
-    metrics::set_minor(ctx.version.minor());
-    if ctx.version.at_least(36) {
-        // Upstream registers the family on 1.36+ whatever the gate says.
-        metrics::stale_sync_skips();
-    }
     jc.register();
-    metrics::metrics();
     let host = ctx.host(SPEC.name);
     let workers = settings.concurrent_job_syncs;
     Ok(host.start(

@@ -1,14 +1,20 @@
 //! `job_controller_*` metrics with upstream names, labels and buckets
-//! (pkg/controller/job/metrics/metrics.go). Each help text opens with the
-//! metric's stability level in the minor kcm-rs behaves as, as Go's
-//! component-base writes it (`[STABLE] `, `[BETA] `, `[ALPHA] `): 1.36
-//! promoted the failure-policy and tracking-finalizer counters to BETA.
+//! (pkg/controller/job/metrics/metrics.go), and kcm-rs's own Job families.
+//! Each help text opens with the metric's stability level in the minor
+//! kcm-rs behaves as, as Go's component-base writes it (`[STABLE] `,
+//! `[BETA] `, `[ALPHA] `): 1.36 promoted the failure-policy and
+//! tracking-finalizer counters to BETA. [`Metrics::new`] takes the
+//! registry and that minor as values; the controller holds the result.
 
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::collections::BTreeSet;
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
+use kcm_features::KubeVersion;
+use parking_lot::Mutex;
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 
+use crate::untrusted::Untrusted;
+
+/// The Job controller's families on one registry, for one minor.
 pub struct Metrics {
     pub sync_duration: HistogramVec,
     pub syncs: IntCounterVec,
@@ -19,14 +25,18 @@ pub struct Metrics {
     pub terminated_pods_tracking_finalizer: IntCounterVec,
     pub finished_indexes: IntCounterVec,
     pub pods_creation: IntCounterVec,
-}
-
-/// The minor whose stability levels the help texts carry.
-static MINOR: AtomicU32 = AtomicU32::new(34);
-
-/// Sets the minor for the help texts; call before the first [`metrics`].
-pub fn set_minor(minor: u32) {
-    MINOR.store(minor, Ordering::Relaxed);
+    /// `job_controller_stale_sync_skips_total{group,resource}`: KCM 1.36+
+    /// registers it whatever the gate says; none before.
+    pub stale_sync_skips: Option<IntCounterVec>,
+    /// `kcm_rs_job_untrusted_input_total{reason}` and its log throttle.
+    pub untrusted: Untrusted,
+    /// `kcm_rs_conflicting_controller{writer}`: Jobs whose status that
+    /// writer changed within the last two minutes (a series per writer
+    /// seen), and the writers it shows.
+    pub conflicting: IntGaugeVec,
+    pub(crate) conflicting_shown: Mutex<BTreeSet<String>>,
+    managed_by: IntGaugeVec,
+    external: Mutex<ExternalControllers>,
 }
 
 /// A metric's stability level (component-base's `StabilityLevel`).
@@ -46,35 +56,42 @@ fn help(level: Level, text: &str) -> String {
     format!("[{tag}] {text}")
 }
 
-/// BETA from 1.36, ALPHA before.
-fn beta_from_1_36() -> Level {
-    if MINOR.load(Ordering::Relaxed) >= 36 {
-        Level::Beta
-    } else {
-        Level::Alpha
-    }
-}
-
-fn counter(name: &str, level: Level, text: &str, labels: &[&str]) -> IntCounterVec {
-    let help = help(level, text);
+fn counter(r: &Registry, name: &str, help: String, labels: &[&str]) -> IntCounterVec {
     kcm_runtime::metrics::register(
+        r,
         IntCounterVec::new(Opts::new(name, help), labels)
             .expect("constant metric definition is valid"),
     )
 }
 
-pub fn metrics() -> &'static Metrics {
-    static M: OnceLock<Metrics> = OnceLock::new();
-    M.get_or_init(|| {
+fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    kcm_runtime::metrics::register(
+        r,
+        IntGaugeVec::new(Opts::new(name, help), labels)
+            .expect("constant metric definition is valid"),
+    )
+}
+
+impl Metrics {
+    /// The families of `version`'s KCM, registered on `r`.
+    pub fn new(r: &Registry, version: KubeVersion) -> Self {
+        // BETA from 1.36, ALPHA before.
+        let beta_from_1_36 = if version.at_least(36) {
+            Level::Beta
+        } else {
+            Level::Alpha
+        };
         // Upstream's buckets: 4 ms doubling 15 times (to about 65 s).
-        let buckets = prometheus::exponential_buckets(0.004, 2.0, 15).expect("constant buckets are valid");
+        let buckets =
+            prometheus::exponential_buckets(0.004, 2.0, 15).expect("constant buckets are valid");
         let sync_duration = kcm_runtime::metrics::register(
+            r,
             HistogramVec::new(
                 HistogramOpts::new(
                     "job_controller_job_sync_duration_seconds",
                     help(Level::Stable, "The time it took to sync a job"),
                 )
-                    .buckets(buckets),
+                .buckets(buckets),
                 &["completion_mode", "result", "action"],
             )
             .expect("constant metric definition is valid"),
@@ -82,69 +99,169 @@ pub fn metrics() -> &'static Metrics {
         Metrics {
             sync_duration,
             syncs: counter(
+                r,
                 "job_controller_job_syncs_total",
-                Level::Stable,
-                "The number of job syncs",
+                help(Level::Stable, "The number of job syncs"),
                 &["completion_mode", "result", "action"],
             ),
             jobs_finished: counter(
+                r,
                 "job_controller_jobs_finished_total",
-                Level::Stable,
-                "The number of finished jobs",
+                help(Level::Stable, "The number of finished jobs"),
                 &["completion_mode", "result", "reason"],
             ),
             jobs_by_external_controller: counter(
+                r,
                 "job_controller_jobs_by_external_controller_total",
-                Level::Alpha,
-                "The number of Jobs managed by an external controller",
+                help(
+                    Level::Alpha,
+                    "The number of Jobs managed by an external controller",
+                ),
                 &["controller_name"],
             ),
             pods_finished: counter(
+                r,
                 "job_controller_job_pods_finished_total",
-                Level::Stable,
-                "The number of finished Pods that are fully tracked",
+                help(
+                    Level::Stable,
+                    "The number of finished Pods that are fully tracked",
+                ),
                 &["completion_mode", "result"],
             ),
             pod_failures_handled_by_failure_policy: counter(
+                r,
                 "job_controller_pod_failures_handled_by_failure_policy_total",
-                beta_from_1_36(),
-                "The number of failed Pods handled by failure policy, by the action taken: FailJob, FailIndex, Ignore or Count.",
+                help(
+                    beta_from_1_36,
+                    "The number of failed Pods handled by failure policy, by the action taken: FailJob, FailIndex, Ignore or Count.",
+                ),
                 &["action"],
             ),
             terminated_pods_tracking_finalizer: counter(
+                r,
                 "job_controller_terminated_pods_tracking_finalizer_total",
-                beta_from_1_36(),
-                "The number of terminated pods (phase Failed or Succeeded) that carry the job tracking finalizer: event add when one appears, delete when one goes.",
+                help(
+                    beta_from_1_36,
+                    "The number of terminated pods (phase Failed or Succeeded) that carry the job tracking finalizer: event add when one appears, delete when one goes.",
+                ),
                 &["event"],
             ),
             finished_indexes: counter(
+                r,
                 "job_controller_job_finished_indexes_total",
-                Level::Alpha,
-                "The number of finished indexes, by status (succeeded, failed) and backoffLimit (perIndex, global).",
+                help(
+                    Level::Alpha,
+                    "The number of finished indexes, by status (succeeded, failed) and backoffLimit (perIndex, global).",
+                ),
                 &["status", "backoffLimit"],
             ),
             pods_creation: counter(
+                r,
                 "job_controller_job_pods_creation_total",
-                Level::Alpha,
-                "The number of Pods created by the Job controller, by reason (new, recreate_terminating_or_failed, recreate_failed) and status (succeeded, failed).",
+                help(
+                    Level::Alpha,
+                    "The number of Pods created by the Job controller, by reason (new, recreate_terminating_or_failed, recreate_failed) and status (succeeded, failed).",
+                ),
                 &["reason", "status"],
             ),
+            stale_sync_skips: version.at_least(36).then(|| {
+                counter(
+                    r,
+                    "job_controller_stale_sync_skips_total",
+                    help(
+                        Level::Alpha,
+                        "Total number of Job syncs skipped due to a stale watch cache.",
+                    ),
+                    &["group", "resource"],
+                )
+            }),
+            untrusted: Untrusted::new(counter(
+                r,
+                "kcm_rs_job_untrusted_input_total",
+                "Inputs written by Job and pod authors that the Job controller ignored or \
+                 undid, by reason."
+                    .into(),
+                &["reason"],
+            )),
+            conflicting: gauge(
+                r,
+                "kcm_rs_conflicting_controller",
+                "Jobs this Job controller syncs whose status another writer (a second Job \
+                 controller, such as kube-controller-manager's job-controller) changed \
+                 within the last 2 minutes, by the writer's field manager.",
+                &["writer"],
+            ),
+            conflicting_shown: Mutex::default(),
+            managed_by: gauge(
+                r,
+                "kcm_rs_job_managed_by",
+                "1 when the Job controller runs beside kube-controller-manager and syncs \
+                 only the Jobs whose spec.managedBy is name.",
+                &["name"],
+            ),
+            external: Mutex::default(),
         }
-    })
-}
+    }
 
-/// `job_controller_stale_sync_skips_total{group,resource}` (KCM 1.36+):
-/// registered on first use, which the controller makes at start on 1.36+.
-pub fn stale_sync_skips() -> &'static IntCounterVec {
-    static C: OnceLock<IntCounterVec> = OnceLock::new();
-    C.get_or_init(|| {
-        counter(
-            "job_controller_stale_sync_skips_total",
-            Level::Alpha,
-            "Total number of Job syncs skipped due to a stale watch cache.",
-            &["group", "resource"],
-        )
-    })
+    /// `kcm_rs_job_managed_by{name} 1` while the Job controller runs beside
+    /// KCM answering to `name` (`--job-managed-by`): dashboards and the
+    /// KcmRsOptedInJobsNotSynced alert tell the mode by it.
+    pub fn set_managed_by(&self, name: &str) {
+        self.managed_by.with_label_values(&[name]).set(1);
+    }
+
+    /// The `controller_name` label value for a Job `job_uid` in `namespace`
+    /// managed by `managed_by`, which now counts as existing.
+    pub fn external_controller_label(
+        &self,
+        managed_by: &str,
+        namespace: &str,
+        job_uid: &str,
+    ) -> String {
+        let mut s = self.external.lock();
+        s.jobs
+            .entry(managed_by.to_string())
+            .or_default()
+            .insert(job_uid.to_string());
+        if s.slotted.contains_key(managed_by) {
+            return managed_by.to_string();
+        }
+        let held = s.held.get(namespace).copied().unwrap_or(0);
+        if s.slotted.len() < MAX_EXTERNAL_CONTROLLERS
+            && held < MAX_EXTERNAL_CONTROLLERS_PER_NAMESPACE
+        {
+            s.slotted
+                .insert(managed_by.to_string(), namespace.to_string());
+            *s.held.entry(namespace.to_string()).or_default() += 1;
+            return managed_by.to_string();
+        }
+        OTHER_CONTROLLER.to_string()
+    }
+
+    /// Job `job_uid` managed by `managed_by` is gone: when it was the last
+    /// Job with that value, the value's slot and its series are freed.
+    pub fn forget_external_controller(&self, managed_by: &str, job_uid: &str) {
+        let mut s = self.external.lock();
+        let Some(uids) = s.jobs.get_mut(managed_by) else {
+            return;
+        };
+        uids.remove(job_uid);
+        if !uids.is_empty() {
+            return;
+        }
+        s.jobs.remove(managed_by);
+        if let Some(ns) = s.slotted.remove(managed_by) {
+            if let Some(n) = s.held.get_mut(&ns) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    s.held.remove(&ns);
+                }
+            }
+            let _ = self
+                .jobs_by_external_controller
+                .remove_label_values(&[managed_by]);
+        }
+    }
 }
 
 /// At most this many distinct `controller_name` values; later ones count
@@ -172,85 +289,16 @@ struct ExternalControllers {
     held: std::collections::HashMap<String, usize>,
 }
 
-fn external_controllers() -> &'static parking_lot::Mutex<ExternalControllers> {
-    static S: OnceLock<parking_lot::Mutex<ExternalControllers>> = OnceLock::new();
-    S.get_or_init(Default::default)
-}
-
-/// The `controller_name` label value for a Job `job_uid` in `namespace`
-/// managed by `managed_by`, which now counts as existing.
-pub fn external_controller_label(managed_by: &str, namespace: &str, job_uid: &str) -> String {
-    let mut s = external_controllers().lock();
-    s.jobs
-        .entry(managed_by.to_string())
-        .or_default()
-        .insert(job_uid.to_string());
-    if s.slotted.contains_key(managed_by) {
-        return managed_by.to_string();
-    }
-    let held = s.held.get(namespace).copied().unwrap_or(0);
-    if s.slotted.len() < MAX_EXTERNAL_CONTROLLERS && held < MAX_EXTERNAL_CONTROLLERS_PER_NAMESPACE {
-        s.slotted
-            .insert(managed_by.to_string(), namespace.to_string());
-        *s.held.entry(namespace.to_string()).or_default() += 1;
-        return managed_by.to_string();
-    }
-    OTHER_CONTROLLER.to_string()
-}
-
-/// Job `job_uid` managed by `managed_by` is gone: when it was the last Job
-/// with that value, the value's slot and its series are freed.
-pub fn forget_external_controller(managed_by: &str, job_uid: &str) {
-    let mut s = external_controllers().lock();
-    let Some(uids) = s.jobs.get_mut(managed_by) else {
-        return;
-    };
-    uids.remove(job_uid);
-    if !uids.is_empty() {
-        return;
-    }
-    s.jobs.remove(managed_by);
-    if let Some(ns) = s.slotted.remove(managed_by) {
-        if let Some(n) = s.held.get_mut(&ns) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                s.held.remove(&ns);
-            }
-        }
-        let _ = metrics()
-            .jobs_by_external_controller
-            .remove_label_values(&[managed_by]);
-    }
-}
-
-/// `kcm_rs_job_managed_by{name} 1` while the Job controller runs beside
-/// KCM answering to `name` (`--job-managed-by`): dashboards and the
-/// KcmRsOptedInJobsNotSynced alert tell the mode by it.
-pub fn set_managed_by(name: &str) {
-    static G: OnceLock<prometheus::IntGaugeVec> = OnceLock::new();
-    G.get_or_init(|| {
-        kcm_runtime::metrics::register(
-            prometheus::IntGaugeVec::new(
-                Opts::new(
-                    "kcm_rs_job_managed_by",
-                    "1 when the Job controller runs beside kube-controller-manager and syncs \
-                     only the Jobs whose spec.managedBy is name.",
-                ),
-                &["name"],
-            )
-            .expect("constant metric definition is valid"),
-        )
-    })
-    .with_label_values(&[name])
-    .set(1);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn external_controller_labels_are_bounded_per_namespace_and_freed_with_their_jobs() {
+        let m = Metrics::new(&Registry::new(), minor(34));
+        let external_controller_label =
+            |v: &str, ns: &str, uid: &str| m.external_controller_label(v, ns, uid);
+        let forget_external_controller = |v: &str, uid: &str| m.forget_external_controller(v, uid);
         // Namespace n{i / 4}: four values each, so 32 slots take 8 namespaces.
         let label = |i: usize| {
             external_controller_label(
@@ -294,17 +342,45 @@ mod tests {
             forget_external_controller(&format!("example.com/c{i}"), &format!("uid{i}"));
         }
         forget_external_controller("example.com/new", "uid-new");
-        let s = external_controllers().lock();
+        let s = m.external.lock();
         assert!(s.slotted.is_empty() && s.held.is_empty() && s.jobs.is_empty());
+    }
+
+    fn minor(n: u32) -> KubeVersion {
+        KubeVersion::new(n).expect("a supported minor")
+    }
+
+    /// The HELP line of `family` as `minor`'s registry renders it.
+    fn help_line(minor_: u32, family: &str) -> Option<String> {
+        let r = Registry::new();
+        let m = Metrics::new(&r, minor(minor_));
+        m.pod_failures_handled_by_failure_policy
+            .with_label_values(&["Count"])
+            .inc();
+        if let Some(c) = &m.stale_sync_skips {
+            c.with_label_values(&["batch", "jobs"]).inc();
+        }
+        let text = kcm_runtime::metrics::render_of(&r);
+        let want = format!("# HELP {family} ");
+        text.lines()
+            .find(|l| l.starts_with(&want))
+            .map(str::to_string)
     }
 
     #[test]
     fn help_texts_carry_the_minors_stability_level() {
-        set_minor(35);
-        assert_eq!(beta_from_1_36(), Level::Alpha);
-        set_minor(36);
-        assert_eq!(beta_from_1_36(), Level::Beta);
+        let family = "job_controller_pod_failures_handled_by_failure_policy_total";
+        let h35 = help_line(35, family).expect("registered");
+        let h36 = help_line(36, family).expect("registered");
+        assert!(h35.contains("[ALPHA] "), "{h35}");
+        assert!(h36.contains("[BETA] "), "{h36}");
         assert_eq!(help(Level::Stable, "x"), "[STABLE] x");
-        set_minor(34);
+    }
+
+    #[test]
+    fn stale_sync_skips_is_registered_from_1_36() {
+        let family = "job_controller_stale_sync_skips_total";
+        assert_eq!(help_line(35, family), None);
+        assert!(help_line(36, family).is_some());
     }
 }

@@ -105,7 +105,7 @@ fn count_annotation(pod: &CachedPod, key: &str) -> i32 {
                 // Upstream `parseInt32` logs these at level 0 too ("Failed to
                 // parse the value", "The value is invalid").
                 tracing::info!(
-                    pod = %kcm_runtime::informer::object_key(pod),
+                    pod = %pod.key(),
                     annotation = key,
                     value = v,
                     "invalid count annotation; using 0"

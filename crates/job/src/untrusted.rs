@@ -6,13 +6,12 @@
 //! harmless live where they apply (`conflict`, `metrics`, `orphans`).
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use parking_lot::Mutex;
-use prometheus::{IntCounterVec, Opts};
+use prometheus::IntCounterVec;
 use tokio::time::Instant;
 
 /// Why an input counts.
@@ -45,23 +44,6 @@ pub const SKEW: Duration = Duration::from_secs(600);
 /// At most one log line per reason this often.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
 
-pub fn counter() -> &'static IntCounterVec {
-    static C: OnceLock<IntCounterVec> = OnceLock::new();
-    C.get_or_init(|| {
-        kcm_runtime::metrics::register(
-            IntCounterVec::new(
-                Opts::new(
-                    "kcm_rs_job_untrusted_input_total",
-                    "Inputs written by Job and pod authors that the Job controller ignored or \
-                     undid, by reason.",
-                ),
-                &["reason"],
-            )
-            .expect("constant metric definition is valid"),
-        )
-    })
-}
-
 /// The manager and time of an entry of `job`'s `managedFields` dated more
 /// than [`SKEW`] after `now`.
 pub fn future_managed_fields(job: &Job, now: Timestamp) -> Option<(String, Timestamp)> {
@@ -74,29 +56,49 @@ pub fn future_managed_fields(job: &Job, now: Timestamp) -> Option<(String, Times
         .find(|(_, t)| *t > limit)
 }
 
-/// Counts one input; logs it unless this reason was logged within
-/// [`LOG_EVERY`] (the next line says how many were skipped).
-pub fn record(reason: Reason, object: &str, what: impl FnOnce() -> String, now: Instant) {
-    static LAST: Mutex<Option<HashMap<Reason, (Instant, u64)>>> = Mutex::new(None);
-    counter().with_label_values(&[reason.label()]).inc();
-    let skipped = {
-        let mut last = LAST.lock();
-        let map = last.get_or_insert_with(HashMap::new);
-        match map.get_mut(&reason) {
-            Some((at, n)) if now.saturating_duration_since(*at) < LOG_EVERY => {
-                *n += 1;
-                return;
-            }
-            _ => map.insert(reason, (now, 0)).map_or(0, |(_, n)| n),
+/// `kcm_rs_job_untrusted_input_total{reason}` and when each reason was
+/// last logged.
+pub struct Untrusted {
+    counter: IntCounterVec,
+    last: Mutex<HashMap<Reason, (Instant, u64)>>,
+}
+
+impl Untrusted {
+    pub fn new(counter: IntCounterVec) -> Self {
+        Untrusted {
+            counter,
+            last: Mutex::default(),
         }
-    };
-    let what = what();
-    tracing::warn!(
-        reason = reason.label(),
-        object,
-        not_logged_since_last = skipped,
-        "untrusted input ignored: {what}"
-    );
+    }
+
+    /// Counts one input; logs it unless this reason was logged within
+    /// [`LOG_EVERY`] (the next line says how many were skipped).
+    pub fn record(
+        &self,
+        reason: Reason,
+        object: &str,
+        what: impl FnOnce() -> String,
+        now: Instant,
+    ) {
+        self.counter.with_label_values(&[reason.label()]).inc();
+        let skipped = {
+            let mut last = self.last.lock();
+            match last.get_mut(&reason) {
+                Some((at, n)) if now.saturating_duration_since(*at) < LOG_EVERY => {
+                    *n += 1;
+                    return;
+                }
+                _ => last.insert(reason, (now, 0)).map_or(0, |(_, n)| n),
+            }
+        };
+        let what = what();
+        tracing::warn!(
+            reason = reason.label(),
+            object,
+            not_logged_since_last = skipped,
+            "untrusted input ignored: {what}"
+        );
+    }
 }
 
 #[cfg(test)]
@@ -121,16 +123,18 @@ mod tests {
 
     #[test]
     fn every_input_counts_and_logging_is_bounded() {
+        let counter =
+            IntCounterVec::new(prometheus::Opts::new("c", "c"), &["reason"]).expect("valid");
+        let untrusted = Untrusted::new(counter.clone());
         let c = || {
-            counter()
+            counter
                 .with_label_values(&[Reason::ManagedByLabelOverflow.label()])
                 .get()
         };
-        let before = c();
         let t = Instant::now();
         let mut logged = 0;
         for i in 0..100u32 {
-            record(
+            untrusted.record(
                 Reason::ManagedByLabelOverflow,
                 "ns/j",
                 || {
@@ -140,7 +144,7 @@ mod tests {
                 t + Duration::from_millis(u64::from(i)),
             );
         }
-        assert_eq!(c() - before, 100);
+        assert_eq!(c(), 100);
         assert_eq!(logged, 1);
     }
 }

@@ -138,8 +138,9 @@ async fn suspend_and_resume() {
 #[tokio::test]
 async fn job_managed_by_another_controller_is_ignored() {
     let e = plane("life").await;
-    let _c = ours(&e.cp, FeatureGates::default()).await;
+    let c = ours(&e.cp, FeatureGates::default()).await;
     let before = metric(
+        &c.metrics,
         "job_controller_jobs_by_external_controller_total",
         &[("controller_name", "example.com/other")],
     );
@@ -168,6 +169,7 @@ async fn job_managed_by_another_controller_is_ignored() {
         "no status written"
     );
     let after = metric(
+        &c.metrics,
         "job_controller_jobs_by_external_controller_total",
         &[("controller_name", "example.com/other")],
     );

@@ -15,15 +15,17 @@ use support::*;
 #[tokio::test]
 async fn events_and_metrics() {
     let e = plane("obs").await;
-    let _c = ours(&e.cp, FeatureGates::default()).await;
+    let c = ours(&e.cp, FeatureGates::default()).await;
     let syncs = |mode: &str| {
         metric(
+            &c.metrics,
             "job_controller_job_syncs_total",
             &[("completion_mode", mode), ("result", "success")],
         )
     };
     let finished_total = || {
         metric(
+            &c.metrics,
             "job_controller_jobs_finished_total",
             &[
                 ("completion_mode", "NonIndexed"),
@@ -67,12 +69,14 @@ async fn events_and_metrics() {
     );
     assert!(
         metric(
+            &c.metrics,
             "job_controller_job_pods_finished_total",
             &[("completion_mode", "NonIndexed"), ("result", "succeeded")]
         ) >= 2.0
     );
     assert!(
         metric(
+            &c.metrics,
             "job_controller_job_sync_duration_seconds_count",
             &[("completion_mode", "NonIndexed")]
         ) > 0.0

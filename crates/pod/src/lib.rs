@@ -207,11 +207,7 @@ impl CachedPod {
 
     /// `namespace/name`, or `name` for an empty namespace (the store key).
     pub fn key(&self) -> String {
-        if self.namespace.is_empty() {
-            self.name.to_string()
-        } else {
-            format!("{}/{}", self.namespace, self.name)
-        }
+        meta::key_of(&self.namespace, &self.name)
     }
 
     /// This pod with the Job tracking finalizer (what an adoption writes).

@@ -1,5 +1,6 @@
 //! apimachinery's `meta/v1` helpers over any object's metadata (upstream
-//! `controller_ref.go`), for every controller and tool; a [`CachedPod`]
+//! `controller_ref.go`) and the one spelling of an object's key
+//! ([`key_of`]), for every controller and tool; a [`CachedPod`]
 //! answers the same through [`CachedPod::controller`].
 //!
 //! [`CachedPod`]: crate::CachedPod
@@ -22,6 +23,17 @@ pub fn is_controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
     controller_of(meta).is_some_and(|r| r.uid == uid)
 }
 
+/// An object's key in every cache, queue and log line: `namespace/name`, or
+/// `name` for a cluster-scoped object (client-go's `MetaNamespaceKeyFunc`).
+/// The one place the key is spelled: every `key()` method calls it.
+pub fn key_of(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() {
+        name.to_string()
+    } else {
+        format!("{namespace}/{name}")
+    }
+}
+
 /// `metadata.name`, "" when unset.
 pub fn name_of(meta: &ObjectMeta) -> &str {
     meta.name.as_deref().unwrap_or("")
@@ -37,6 +49,12 @@ mod tests {
             controller,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_key_is_namespace_slash_name_or_the_name_alone() {
+        assert_eq!(key_of("ns", "a"), "ns/a");
+        assert_eq!(key_of("", "node-1"), "node-1");
     }
 
     #[test]

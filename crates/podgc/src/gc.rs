@@ -17,7 +17,7 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 
 use crate::decide::{self, Collect, Config};
-use crate::metrics::metrics;
+use crate::metrics::Metrics;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GcError {
@@ -44,6 +44,7 @@ pub struct PodGc {
     pub quarantine: Duration,
     /// The runtime's one clock (the context's).
     pub clock: kcm_runtime::clock::Clock,
+    pub metrics: Metrics,
 }
 
 /// Puts node names under quarantine: a name already waiting keeps its
@@ -69,7 +70,7 @@ pub async fn take_due(queue: &WorkQueue<String>) -> Option<Vec<String>> {
 impl PodGc {
     /// Status patch (if any) then force delete; a failed patch means no delete.
     async fn mark_failed_and_delete(&self, c: &Collect) -> Result<(), GcError> {
-        tracing::info!(pod = %format!("{}/{}", c.namespace, c.name), reason = c.reason.label(), "PodGC is force deleting Pod");
+        tracing::info!(pod = %kcm_pod::meta::key_of(&c.namespace, &c.name), reason = c.reason.label(), "PodGC is force deleting Pod");
         let api: LeanApi<Pod> = LeanApi::namespaced(self.client.clone(), &c.namespace);
         if let Some(body) = &c.status_patch {
             api.patch_status(&c.name, &PatchParams::default(), &Patch::Strategic(body))
@@ -96,9 +97,9 @@ impl PodGc {
         let labels = [c.namespace.as_str(), c.reason.label()];
         if let Err(e) = result {
             tracing::warn!("{e}");
-            metrics().errors.with_label_values(&labels).inc();
+            self.metrics.errors.with_label_values(&labels).inc();
         }
-        metrics().deleting.with_label_values(&labels).inc();
+        self.metrics.deleting.with_label_values(&labels).inc();
     }
 
     async fn collect_concurrently(&self, list: &[Collect], progress: &Progress) {
@@ -192,7 +193,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn quarantine_counts_from_the_first_sighting() {
-        let q = WorkQueue::new("orphaned_pods_nodes_test", RetryRateLimit::default());
+        let q = WorkQueue::new(
+            "orphaned_pods_nodes_test",
+            RetryRateLimit::default(),
+            &Default::default(),
+        );
         let gone = BTreeSet::from(["n1".to_string()]);
         let period = Duration::from_secs(40);
         quarantine(&q, &gone, period);

@@ -38,15 +38,19 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
         pods: ctx.informers.informer(),
         nodes: ctx.informers.informer(),
         // Upstream's delaying queue of node names under quarantine.
-        queue: WorkQueue::new("orphaned_pods_nodes", RetryRateLimit::default()),
+        queue: WorkQueue::new(
+            "orphaned_pods_nodes",
+            RetryRateLimit::default(),
+            &ctx.metrics,
+        ),
         config: decide::Config {
             terminated_pod_threshold: settings.terminated_pod_gc_threshold,
             disruption_conditions: ctx.features.enabled(Feature::PodDisruptionConditions),
         },
         quarantine: settings.pod_gc_quarantine,
         clock: ctx.clock.clone(),
+        metrics: metrics::Metrics::new(ctx.metrics.registry()),
     };
-    metrics::metrics();
     let host = ctx.host(SPEC.name);
     let period = settings.pod_gc_period;
     let stop = ctx.stop.clone();

@@ -1,8 +1,6 @@
 //! `pod_gc_collector_*` metrics with upstream names and labels.
 
-use std::sync::OnceLock;
-
-use prometheus::{IntCounterVec, Opts};
+use prometheus::{IntCounterVec, Opts, Registry};
 
 pub struct Metrics {
     /// `pod_gc_collector_force_delete_pods_total{namespace,reason}`.
@@ -11,11 +9,12 @@ pub struct Metrics {
     pub errors: IntCounterVec,
 }
 
-pub fn metrics() -> &'static Metrics {
-    static M: OnceLock<Metrics> = OnceLock::new();
-    M.get_or_init(|| {
+impl Metrics {
+    /// The families, registered on `r`.
+    pub fn new(r: &Registry) -> Self {
         let counter = |name: &str, help: &str| {
             kcm_runtime::metrics::register(
+                r,
                 IntCounterVec::new(Opts::new(name, help), &["namespace", "reason"])
                     .expect("constant metric definition is valid"),
             )
@@ -30,5 +29,5 @@ pub fn metrics() -> &'static Metrics {
                 "Errors while force-deleting pods in pod GC, by namespace and reason.",
             ),
         }
-    })
+    }
 }

@@ -42,6 +42,11 @@ pub struct ControllerContext {
     pub fence: crate::client::Fence,
     /// The one clock: wall and monotonic time for hosts and controllers.
     pub clock: crate::clock::Clock,
+    /// The runtime's metric families, on the registry the process serves:
+    /// hosts, clients and queues built from this context count there, and
+    /// each controller registers its own families on
+    /// [`Metrics::registry`](crate::metrics::Metrics::registry).
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// Each controller's settings, by type: a controller crate defines its own
@@ -78,7 +83,12 @@ impl std::fmt::Debug for Settings {
 impl ControllerContext {
     /// The host that runs `controller`'s workers and feeds its health.
     pub fn host(&self, controller: &'static str) -> crate::host::Host {
-        crate::host::Host::with_clock(controller, self.host_settings, self.clock.clone())
+        crate::host::Host::new(
+            controller,
+            self.host_settings,
+            self.clock.clone(),
+            &self.metrics,
+        )
     }
 
     /// A client of the controller's own, with its own QPS budget and user
@@ -90,6 +100,7 @@ impl ControllerContext {
             user_agent_component: component.to_string(),
             request_timeout: crate::client::REQUEST_TIMEOUT,
             fence: self.fence.clone(),
+            metrics: self.metrics.clone(),
         };
         let built = match self.identities.get(component) {
             Some(token) => {
@@ -126,6 +137,7 @@ pub struct Options {
     pub host_settings: crate::host::HostSettings,
     pub fence: crate::client::Fence,
     pub clock: crate::clock::Clock,
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl ControllerContext {
@@ -144,7 +156,7 @@ impl ControllerContext {
                 qps: opts.qps,
                 burst: opts.burst,
                 user_agent_component: "shared-informers".into(),
-                ..crate::client::ClientOptions::default()
+                ..crate::client::ClientOptions::for_component("", &opts.metrics)
             },
         )
         .map_err(|e| InitError {
@@ -164,6 +176,7 @@ impl ControllerContext {
             host_settings: opts.host_settings,
             fence: opts.fence,
             clock: opts.clock,
+            metrics: opts.metrics,
         })
     }
 }

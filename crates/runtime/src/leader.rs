@@ -69,20 +69,18 @@ pub enum LeaderError {
     Config(String),
 }
 
-fn master_status() -> IntGaugeVec {
-    static G: std::sync::OnceLock<IntGaugeVec> = std::sync::OnceLock::new();
-    G.get_or_init(|| {
-        let g = IntGaugeVec::new(
-            prometheus::Opts::new(
-                "leader_election_master_status",
-                "1 while this process holds the named lease, 0 otherwise.",
-            ),
-            &["name"],
-        )
-        .expect("constant metric definition is valid");
-        metrics::register(g)
-    })
-    .clone()
+/// `leader_election_master_status{name}` on `registry`
+/// ([`crate::metrics::Metrics`]).
+pub(crate) fn master_status(registry: &prometheus::Registry) -> IntGaugeVec {
+    let g = IntGaugeVec::new(
+        prometheus::Opts::new(
+            "leader_election_master_status",
+            "1 while this process holds the named lease, 0 otherwise.",
+        ),
+        &["name"],
+    )
+    .expect("constant metric definition is valid");
+    metrics::register(registry, g)
 }
 
 /// Validates KCM's rules: lease duration > renew deadline > jitter × retry
@@ -124,18 +122,24 @@ pub struct LeaderElector {
     /// Set on the Lease by every acquisition and renewal.
     annotations: BTreeMap<String, String>,
     clock: Clock,
+    /// `leader_election_master_status{name=<the lease>}`.
+    master: prometheus::IntGauge,
 }
 
 impl LeaderElector {
     /// `fence` should start closed; the elector opens it on acquiring.
+    /// Whether it leads shows in `metrics`.
     pub fn new(
         client: kube::Client,
         cfg: LeaderElectionConfig,
         fence: Fence,
+        metrics: &metrics::Metrics,
     ) -> Result<Self, LeaderError> {
         validate(&cfg)?;
-        master_status().with_label_values(&[&cfg.name]).set(0);
+        let master = metrics.leader.with_label_values(&[&cfg.name]);
+        master.set(0);
         Ok(LeaderElector {
+            master,
             api: Api::namespaced(client, &cfg.namespace),
             cfg,
             observed: None,
@@ -185,7 +189,7 @@ impl LeaderElector {
         loop {
             match self.attempt().await {
                 Ok(true) => {
-                    master_status().with_label_values(&[&self.cfg.name]).set(1);
+                    self.master.set(1);
                     tracing::info!(lease = %self.cfg.name, identity = %self.cfg.identity, "acquired leadership");
                     return true;
                 }
@@ -239,7 +243,7 @@ impl LeaderElector {
 
     fn lost(&self) -> LeaderError {
         self.fence.close();
-        master_status().with_label_values(&[&self.cfg.name]).set(0);
+        self.master.set(0);
         LeaderError::Lost {
             namespace: self.cfg.namespace.clone(),
             name: self.cfg.name.clone(),
@@ -259,7 +263,7 @@ impl LeaderElector {
     /// answer we never saw), one read that still names us as holder gives
     /// the version to swap. Bounded by the renew deadline.
     pub async fn release(&mut self) {
-        master_status().with_label_values(&[&self.cfg.name]).set(0);
+        self.master.set(0);
         self.fence.close();
         let Some(last) = self.written.take() else {
             return;
@@ -510,9 +514,14 @@ mod tests {
             )
             .on("PUT", [Reply::status(409, "Conflict")])
             .on("POST", [Reply::Echo(201)]);
-        let mut el = LeaderElector::new(mock.client(), cfg(15, 10, 2), Fence::closed())
-            .expect("elector")
-            .with_annotations(marks());
+        let mut el = LeaderElector::new(
+            mock.client(),
+            cfg(15, 10, 2),
+            Fence::closed(),
+            &Default::default(),
+        )
+        .expect("elector")
+        .with_annotations(marks());
         assert!(
             !el.try_acquire_or_renew().await.expect("answer"),
             "409: lost"
@@ -557,9 +566,14 @@ mod tests {
             .on("PUT", [Reply::Echo(200)]);
         let start = jiff::Timestamp::from_second(1_700_000_000).expect("valid");
         let fence = Fence::closed();
-        let mut el = LeaderElector::new(mock.client(), cfg(15, 10, 2), fence.clone())
-            .expect("elector")
-            .with_clock(Clock::following_tokio(start));
+        let mut el = LeaderElector::new(
+            mock.client(),
+            cfg(15, 10, 2),
+            fence.clone(),
+            &Default::default(),
+        )
+        .expect("elector")
+        .with_clock(Clock::following_tokio(start));
         let t0 = Instant::now();
         let stop = CancellationToken::new();
         let won = tokio::time::timeout(Duration::from_secs(120), el.acquire(&stop))

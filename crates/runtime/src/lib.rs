@@ -11,7 +11,8 @@
 //! identities) and record through [`events`];
 //! [`clock`] (the one clock: wall and monotonic time, paused in tests),
 //! [`expectations`], [`selector`], [`hash`] (Go's FNV-1a, where kcm-rs
-//! must hash as upstream does), [`metrics`] (the process registry),
+//! must hash as upstream does), [`metrics`] (the runtime's families on a
+//! registry passed in),
 //! [`leader`] (leader election), [`controller`] (the registry of
 //! controllers and what they get at start-up, each controller's settings
 //! by type) and [`flag_values`] (Go-style flag values) complete it.

@@ -9,15 +9,19 @@
 //!   a SubjectAccessReview for the non-resource URL with the lowercased
 //!   HTTP method as verb.
 //!
-//! Both answers are cached for 10 s (KCM's default TTLs), keyed by a hash
-//! of the token and of (user, uid, groups, extra, verb, path); errors are
-//! never cached. Allowed and denied answers are kept apart, so a flood of
-//! bogus tokens cannot evict good ones. A TokenReview that fails denies
-//! (401), never allows. Reviews are bounded and merged (`review.rs`); when
-//! none can be made in time the answer is 429. What was authorized before
-//! (`known.rs`) is reviewed in a lane of its own.
+//! Both answers are cached for 10 s (KCM's default TTLs) in moka caches,
+//! keyed by a hash of the token and of (user, uid, groups, extra, verb,
+//! path); concurrent requests needing the same review share one call
+//! (single-flight, as k8s.io/apiserver's cached token authenticator; a
+//! caller that goes away hands the call to the next); errors are never
+//! cached. A full cache admits a new answer only over one asked for less
+//! often (TinyLFU), so a flood of bogus tokens cannot evict the answers
+//! scrapers reuse. A TokenReview that fails denies (401), never allows.
+//! Reviews are bounded (`review.rs`); when none can be made in time the
+//! answer is 429. What was authorized for a scrape before (`known.rs`) is
+//! reviewed in a lane of its own.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -27,21 +31,21 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::Api;
 use kube::api::PostParams;
-use parking_lot::Mutex;
 use prometheus::IntCounterVec;
 use sha2::{Digest, Sha256};
-use tokio::time::Instant;
 
 use crate::known::Known;
-use crate::review::{Flights, Gate, Lane};
+use crate::review::{Gate, Lane};
+use moka::future::Cache;
 use tokio::sync::SemaphorePermit;
 
 /// KCM's `--authentication-token-webhook-cache-ttl` and authorization
 /// cache TTLs (allowed and denied alike).
 pub const CACHE_TTL: Duration = Duration::from_secs(10);
-/// Entries a cache holds at most; a full cache drops expired entries, then
-/// everything (a flood of distinct tokens cannot grow memory).
-const CACHE_MAX: usize = 4096;
+/// Entries each cache holds at most. Past it, a new entry displaces an old
+/// one only if it is asked for more often (moka's TinyLFU admission), so a
+/// flood of one-off tokens cannot push out the answers scrapers reuse.
+pub const CACHE_MAX: u64 = 4096;
 /// The group that is always authorized.
 pub const MASTERS: &str = "system:masters";
 /// The paths whose authorization makes a token, a decision and a
@@ -114,39 +118,6 @@ pub enum Authz {
     Overloaded,
 }
 
-struct Ttl<V> {
-    ttl: Duration,
-    entries: Mutex<HashMap<String, (Instant, V)>>,
-}
-
-impl<V: Clone> Ttl<V> {
-    fn new() -> Self {
-        Ttl {
-            ttl: CACHE_TTL,
-            entries: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn get(&self, key: &str) -> Option<V> {
-        let e = self.entries.lock();
-        e.get(key)
-            .filter(|(at, _)| at.elapsed() < self.ttl)
-            .map(|(_, v)| v.clone())
-    }
-
-    fn put(&self, key: String, v: V) {
-        let mut e = self.entries.lock();
-        if e.len() >= CACHE_MAX {
-            let ttl = self.ttl;
-            e.retain(|_, (at, _)| at.elapsed() < ttl);
-            if e.len() >= CACHE_MAX {
-                e.clear();
-            }
-        }
-        e.insert(key, (Instant::now(), v));
-    }
-}
-
 /// `apiserver_delegated_authn_request_total{code}` and
 /// `apiserver_delegated_authz_request_total{code}`, as k8s.io/apiserver
 /// counts its TokenReview and SubjectAccessReview calls.
@@ -169,9 +140,7 @@ impl Metrics {
         let make = |name: &str, help: &str| {
             let c = IntCounterVec::new(prometheus::Opts::new(name, help), &["code"])
                 .expect("constant metric options are valid");
-            // A second server in one process (tests) shares the first's.
-            let _ = registry.register(Box::new(c.clone()));
-            c
+            kcm_runtime::metrics::register(registry, c)
         };
         Metrics {
             authn: make(
@@ -193,8 +162,7 @@ impl Metrics {
                     &["review", "bound"],
                 )
                 .expect("constant metric options are valid");
-                let _ = registry.register(Box::new(c.clone()));
-                c
+                kcm_runtime::metrics::register(registry, c)
             },
             untrusted: {
                 let c = IntCounterVec::new(
@@ -207,8 +175,7 @@ impl Metrics {
                     &["outcome"],
                 )
                 .expect("constant metric options are valid");
-                let _ = registry.register(Box::new(c.clone()));
-                c
+                kcm_runtime::metrics::register(registry, c)
             },
             conns: crate::conn::ConnMetrics::register(registry),
         }
@@ -227,14 +194,13 @@ pub struct Delegate {
     authn_client: Option<kube::Client>,
     authz_client: Option<kube::Client>,
     always_allow: Vec<String>,
-    users: Ttl<User>,
-    bad_tokens: Ttl<String>,
-    allowed: Ttl<()>,
-    denied: Ttl<String>,
+    /// TokenReview answers (a user, or why not), [`CACHE_TTL`] each;
+    /// concurrent requests for one token share one review.
+    tokens: Cache<String, Authn>,
+    /// SubjectAccessReview answers (allowed, or why not), likewise.
+    decisions: Cache<String, Authz>,
     /// Keys of tokens and decisions authorized before.
     known: Known,
-    token_flights: Flights<Authn>,
-    decision_flights: Flights<Authz>,
     gate: Gate,
     metrics: Metrics,
 }
@@ -266,13 +232,9 @@ impl Delegate {
             authn_client,
             authz_client,
             always_allow,
-            users: Ttl::new(),
-            bad_tokens: Ttl::new(),
-            allowed: Ttl::new(),
-            denied: Ttl::new(),
+            tokens: answers(),
+            decisions: answers(),
             known: Known::default(),
-            token_flights: Flights::default(),
-            decision_flights: Flights::default(),
             gate: Gate::default(),
             metrics,
         }
@@ -339,21 +301,18 @@ impl Delegate {
             return Authn::Denied("token authentication is not configured".into());
         };
         let key = key_of([token]);
-        if let Some(hit) = self.cached_token(&key) {
-            return hit;
-        }
-        self.token_flights
-            .run(&key, || self.review_token(client, &key, token, origin))
+        let review = self.review_token(client, &key, token, origin);
+        self.tokens
+            .try_get_with_by_ref(&key, review)
             .await
+            .unwrap_or_else(|uncached| Authn::clone(&uncached))
     }
 
     /// Would authenticating `bearer` wait for a review in the unknown lane
     /// (no cached answer, never authorized)?
     pub fn token_unknown(&self, bearer: &str) -> bool {
         let key = key_of([bearer]);
-        self.authn_client.is_some()
-            && self.cached_token(&key).is_none()
-            && !self.known.contains(&key)
+        self.authn_client.is_some() && !self.tokens.contains_key(&key) && !self.known.contains(&key)
     }
 
     /// Would authorizing wait for a review in the unknown lane?
@@ -362,7 +321,7 @@ impl Delegate {
             return false;
         }
         let key = decision_key(user, verb, path);
-        self.cached_decision(&key).is_none() && !self.known.contains(&key)
+        !self.decisions.contains_key(&key) && !self.known.contains(&key)
     }
 
     /// Was this credential (a verified certificate's user, else a bearer
@@ -420,26 +379,17 @@ impl Delegate {
         }
     }
 
-    fn cached_token(&self, key: &str) -> Option<Authn> {
-        if let Some(u) = self.users.get(key) {
-            return Some(Authn::User(u));
-        }
-        self.bad_tokens.get(key).map(Authn::Denied)
-    }
-
+    /// A TokenReview's answer: `Ok` is cached, `Err` (no slot, no
+    /// answer) is not, so the next request asks again.
     async fn review_token(
         &self,
         client: &kube::Client,
         key: &str,
         token: &str,
         origin: Origin,
-    ) -> Authn {
-        // Another flight may have answered since the first look.
-        if let Some(hit) = self.cached_token(key) {
-            return hit;
-        }
+    ) -> Result<Authn, Authn> {
         let Some(_slot) = self.enter("token", self.lane(key, origin, None)).await else {
-            return Authn::Overloaded;
+            return Err(Authn::Overloaded);
         };
         let review = TokenReview {
             spec: TokenReviewSpec {
@@ -450,8 +400,7 @@ impl Delegate {
         };
         let answer = match self.review(client, &review, &self.metrics.authn).await {
             Ok(r) => r.status.unwrap_or_default(),
-            // Not cached: the next request asks again.
-            Err(()) => return Authn::Denied("token review failed".into()),
+            Err(()) => return Err(Authn::Denied("token review failed".into())),
         };
         match (answer.authenticated, answer.user) {
             (Some(true), Some(u)) => {
@@ -463,16 +412,13 @@ impl Delegate {
                 }
                 .authenticated();
                 // Not known yet: only an authorization makes it so.
-                self.users.put(key.to_string(), user.clone());
-                Authn::User(user)
+                Ok(Authn::User(user))
             }
-            _ => {
-                let why = answer
+            _ => Ok(Authn::Denied(
+                answer
                     .error
-                    .unwrap_or_else(|| "invalid bearer token".into());
-                self.bad_tokens.put(key.to_string(), why.clone());
-                Authn::Denied(why)
-            }
+                    .unwrap_or_else(|| "invalid bearer token".into()),
+            )),
         }
     }
 
@@ -497,23 +443,14 @@ impl Delegate {
             return Authz::Denied("no authorizer configured".into());
         };
         let key = decision_key(user, verb, path);
-        if let Some(hit) = self.cached_decision(&key) {
-            return hit;
-        }
-        self.decision_flights
-            .run(&key, || {
-                self.review_access(client, &key, user, (verb, path), origin)
-            })
+        let review = self.review_access(client, &key, user, (verb, path), origin);
+        self.decisions
+            .try_get_with_by_ref(&key, review)
             .await
+            .unwrap_or_else(|uncached| Authz::clone(&uncached))
     }
 
-    fn cached_decision(&self, key: &str) -> Option<Authz> {
-        if self.allowed.get(key).is_some() {
-            return Some(Authz::Allowed);
-        }
-        self.denied.get(key).map(Authz::Denied)
-    }
-
+    /// A SubjectAccessReview's answer: `Ok` is cached, `Err` is not.
     async fn review_access(
         &self,
         client: &kube::Client,
@@ -521,13 +458,10 @@ impl Delegate {
         user: &User,
         (verb, path): (&str, &str),
         origin: Origin,
-    ) -> Authz {
-        if let Some(hit) = self.cached_decision(key) {
-            return hit;
-        }
+    ) -> Result<Authz, Authz> {
         let lane = self.lane(key, origin, Some(&user.name));
         let Some(_slot) = self.enter("access", lane).await else {
-            return Authz::Overloaded;
+            return Err(Authz::Overloaded);
         };
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
@@ -545,24 +479,25 @@ impl Delegate {
         };
         let status = match self.review(client, &review, &self.metrics.authz).await {
             Ok(r) => r.status.unwrap_or_default(),
-            Err(()) => return Authz::Error("authorization check failed".into()),
+            Err(()) => return Err(Authz::Error("authorization check failed".into())),
         };
         if status.allowed && status.denied != Some(true) {
-            self.allowed.put(key.to_string(), ());
-            return Authz::Allowed;
+            return Ok(Authz::Allowed);
         }
         let why = status
             .reason
             .filter(|r| !r.is_empty())
             .unwrap_or_else(|| format!("user \"{}\" cannot {verb} path \"{path}\"", user.name));
-        self.denied.put(key.to_string(), why.clone());
-        Authz::Denied(why)
+        Ok(Authz::Denied(why))
     }
+}
 
-    /// Reviews in flight, by kind (tests).
-    pub fn flights(&self) -> (usize, usize) {
-        (self.token_flights.len(), self.decision_flights.len())
-    }
+/// A review-answer cache: [`CACHE_MAX`] entries, each for [`CACHE_TTL`].
+fn answers<V: Clone + Send + Sync + 'static>() -> Cache<String, V> {
+    Cache::builder()
+        .max_capacity(CACHE_MAX)
+        .time_to_live(CACHE_TTL)
+        .build()
 }
 
 /// A certificate's user, as a known-list key.

@@ -264,10 +264,10 @@ impl ConnMetrics {
             &["reason"],
         )
         .expect("constant metric options are valid");
-        // A second server in one process (tests) shares the first's.
-        let _ = registry.register(Box::new(open.clone()));
-        let _ = registry.register(Box::new(closed.clone()));
-        ConnMetrics { open, closed }
+        ConnMetrics {
+            open: kcm_runtime::metrics::register(registry, open),
+            closed: kcm_runtime::metrics::register(registry, closed),
+        }
     }
 }
 

@@ -56,6 +56,7 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_tokens_on_more_connections_than_the_cap_never_keep_the_scraper_out() {
+    let _heavy = crate::server_tests::HEAVY.lock().await;
     let (_seen, reviews) = crate::tests::review_server().await;
     let s = setup();
     let registry = prometheus::Registry::new();
@@ -77,9 +78,11 @@ async fn random_tokens_on_more_connections_than_the_cap_never_keep_the_scraper_o
 
     let stop = Arc::new(AtomicBool::new(false));
     let codes = Arc::new(Mutex::new(BTreeMap::<&str, usize>::new()));
+    let connected = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let flood: Vec<_> = (0..FLOOD)
         .map(|i| {
             let (c, stop, codes) = (Arc::clone(&client), Arc::clone(&stop), Arc::clone(&codes));
+            let connected = Arc::clone(&connected);
             tokio::spawn(async move {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
@@ -88,6 +91,7 @@ async fn random_tokens_on_more_connections_than_the_cap_never_keep_the_scraper_o
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         continue;
                     };
+                    connected.fetch_add(1, Ordering::Relaxed);
                     while !stop.load(Ordering::Relaxed) {
                         n += 1;
                         let what = match exchange(&mut conn, &format!("bogus-{i}-{n}")).await {
@@ -107,7 +111,14 @@ async fn random_tokens_on_more_connections_than_the_cap_never_keep_the_scraper_o
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The flood's first connections are a burst of handshakes, where a
+    // scraper's is one among them (nothing is known of a client before its
+    // request): the scrapes start once every flood connection was up.
+    let ramp = Instant::now();
+    while connected.load(Ordering::Relaxed) < FLOOD && ramp.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let mut scrapes = Vec::new();
     for _ in 0..15 {
         let began = Instant::now();

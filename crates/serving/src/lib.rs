@@ -120,7 +120,7 @@ fn listen_std(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
 /// Runs `serve` on an OS thread with a single-threaded runtime of its own:
 /// what floods one listener cannot take the controllers' thread, and the
 /// OS scheduler shares the CPU between the threads whatever their tasks do.
-fn on_own_thread<F, Fut>(name: &str, serve: F) -> std::io::Result<std::thread::JoinHandle<()>>
+pub fn on_own_thread<F, Fut>(name: &str, serve: F) -> std::io::Result<std::thread::JoinHandle<()>>
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()>,
@@ -178,22 +178,15 @@ impl SecureServer {
         self
     }
 
-    /// Serves `app` on a thread and runtime of its own until `stop`.
-    pub fn spawn_thread(
-        self,
-        app: Router,
-        stop: CancellationToken,
-    ) -> std::io::Result<std::thread::JoinHandle<()>> {
-        on_own_thread("kcm-rs-serving", move || self.serve(app, stop))
-    }
-
-    /// Serves `app` on the current runtime (every route behind the check)
-    /// until `stop`, reloading the certificate files when they change.
+    /// [`SecureServer::run`] as a task of the current runtime.
     pub fn spawn(self, app: Router, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(self.serve(app, stop))
+        tokio::spawn(self.run(app, stop))
     }
 
-    async fn serve(self, app: Router, stop: CancellationToken) {
+    /// Serves `app` (every route behind the check) until `stop`, reloading
+    /// the certificate files when they change. The binary runs it on a
+    /// thread of its own ([`on_own_thread`]).
+    pub async fn run(self, app: Router, stop: CancellationToken) {
         let conns = self.delegate.metrics().conns.clone();
         let guard = server::Guard {
             delegate: self.delegate,

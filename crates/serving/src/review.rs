@@ -20,20 +20,12 @@
 //!   every 429 [`REVIEW_WAIT`] after the request began, holding nothing of
 //!   it meanwhile: a hostile connection then sends one request per
 //!   [`REVIEW_WAIT`], not as many as the CPU can answer);
-//! * [`Flights`]: concurrent requests needing the same review (same token,
-//!   same user and path) share one call (single-flight, as k8s.io/apiserver's
-//!   cached token authenticator). A request that goes away mid-review hands
-//!   the call over to the next waiter; nothing is left behind.
 
-use std::collections::HashMap;
-use std::future::Future;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use parking_lot::Mutex;
-use tokio::sync::{OnceCell, Semaphore, SemaphorePermit};
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 use crate::rate::{KeyedRate, Rate};
@@ -192,106 +184,10 @@ impl Gate {
     }
 }
 
-/// In-flight reviews by key.
-pub struct Flights<V> {
-    inflight: Mutex<HashMap<String, Arc<OnceCell<V>>>>,
-}
-
-impl<V> Default for Flights<V> {
-    fn default() -> Self {
-        Flights {
-            inflight: Mutex::new(HashMap::new()),
-        }
-    }
-}
-
-/// Removes a flight's entry when its last caller is done or gone.
-struct Leave<'a, V> {
-    flights: &'a Flights<V>,
-    key: &'a str,
-    cell: Arc<OnceCell<V>>,
-}
-
-impl<V> Drop for Leave<'_, V> {
-    fn drop(&mut self) {
-        let mut m = self.flights.inflight.lock();
-        let ours = m.get(self.key).is_some_and(|c| Arc::ptr_eq(c, &self.cell));
-        // Done, or nobody else (the map and us) is waiting on it.
-        if ours && (self.cell.initialized() || Arc::strong_count(&self.cell) <= 2) {
-            m.remove(self.key);
-        }
-    }
-}
-
-impl<V: Clone> Flights<V> {
-    /// `f`'s answer, computed once for concurrent callers with `key`.
-    pub async fn run<F, Fut>(&self, key: &str, f: F) -> V
-    where
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = V>,
-    {
-        // One reference per caller (in `leave`), so the count tells whether
-        // anyone else still waits.
-        let cell = Arc::clone(self.inflight.lock().entry(key.to_string()).or_default());
-        let leave = Leave {
-            flights: self,
-            key,
-            cell,
-        };
-        let v = leave.cell.get_or_init(f).await.clone();
-        drop(leave);
-        v
-    }
-
-    /// Keys in flight (tests).
-    pub fn len(&self) -> usize {
-        self.inflight.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU32;
-
-    #[tokio::test]
-    async fn concurrent_callers_share_one_call_and_leave_nothing() {
-        let flights: Arc<Flights<u32>> = Arc::default();
-        let calls = Arc::new(AtomicU32::new(0));
-        let mut tasks = Vec::new();
-        for _ in 0..50 {
-            let (f, c) = (Arc::clone(&flights), Arc::clone(&calls));
-            tasks.push(tokio::spawn(async move {
-                f.run("k", || async {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    c.fetch_add(1, Ordering::SeqCst) + 7
-                })
-                .await
-            }));
-        }
-        for t in tasks {
-            assert_eq!(t.await.expect("task"), 7);
-        }
-        assert_eq!(calls.load(Ordering::SeqCst), 1);
-        assert!(flights.is_empty());
-    }
-
-    #[tokio::test]
-    async fn a_caller_that_goes_away_hands_over_and_leaves_nothing() {
-        let flights: Arc<Flights<u32>> = Arc::default();
-        let f = Arc::clone(&flights);
-        let first = tokio::spawn(async move { f.run("k", std::future::pending::<u32>).await });
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(flights.len(), 1);
-        first.abort();
-        let _ = first.await;
-        assert!(flights.is_empty(), "an abandoned flight is removed");
-        assert_eq!(flights.run("k", || async { 3 }).await, 3);
-    }
+    use std::sync::Arc;
 
     const ANY: Lane<'static> = Lane::Unknown {
         source: None,

@@ -15,6 +15,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{Delegate, Metrics, SecureServer, TlsOptions};
 
+/// Held by the tests that flood a server with connections: run together,
+/// they starve each other's servers (all on the test runtimes' threads)
+/// and time out what they measure.
+pub(crate) static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 pub(crate) struct Ca {
     pub cert: rcgen::Certificate,
     pub key: KeyPair,

@@ -251,7 +251,30 @@ async fn concurrent_requests_with_one_token_make_one_review() {
             .all(|a| matches!(a, Authn::User(u) if u.name == "alice"))
     );
     assert_eq!(seen.token_reviews.load(Ordering::SeqCst), 1);
-    assert_eq!(d.flights(), (0, 0));
+}
+
+#[tokio::test]
+async fn a_caller_that_goes_away_leaves_the_review_to_the_next() {
+    let (seen, client) = review_server().await;
+    let d = Arc::new(delegate(Some(client)));
+    let ask = |d: &Arc<Delegate>| {
+        let d = Arc::clone(d);
+        tokio::spawn(async move { d.authenticate(None, Some("good-1")).await })
+    };
+    let first = ask(&d);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let second = ask(&d);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    first.abort();
+    assert!(matches!(second.await.expect("task"), Authn::User(_)));
+    let reviews = seen.token_reviews.load(Ordering::SeqCst);
+    assert!((1..=2).contains(&reviews), "{reviews} reviews");
+    // Cached now.
+    assert!(matches!(
+        d.authenticate(None, Some("good-1")).await,
+        Authn::User(_)
+    ));
+    assert_eq!(seen.token_reviews.load(Ordering::SeqCst), reviews);
 }
 
 #[tokio::test]
@@ -313,7 +336,6 @@ async fn a_flood_of_distinct_bogus_tokens_is_bounded() {
         d.authenticate(None, Some("good-9")).await,
         Authn::User(_)
     ));
-    assert_eq!(d.flights(), (0, 0));
 }
 
 /// Runs every future concurrently (as tasks) and collects the outputs.

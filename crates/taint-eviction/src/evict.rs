@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::events::EvictionEvents;
-use crate::metrics::metrics;
+use crate::metrics::Metrics;
 use crate::timed_queue::WorkArgs;
 
 /// Attempts per eviction (upstream constant `retries`). After the last
@@ -72,6 +72,7 @@ pub struct Evictor {
     /// The condition's transition time and the deletion latency (the
     /// runtime's one clock).
     clock: Clock,
+    metrics: Metrics,
 }
 
 impl Evictor {
@@ -80,12 +81,14 @@ impl Evictor {
         events: Arc<dyn EvictionEvents>,
         conditions: bool,
         clock: Clock,
+        metrics: Metrics,
     ) -> Self {
         Evictor {
             client,
             events,
             conditions,
             clock,
+            metrics,
         }
     }
 
@@ -102,7 +105,8 @@ impl Evictor {
         loop {
             match self.add_condition_and_delete(args).await {
                 Ok(Outcome::Deleted) => {
-                    metrics().deleted(self.clock.instant().saturating_duration_since(fire_at));
+                    self.metrics
+                        .deleted(self.clock.instant().saturating_duration_since(fire_at));
                     return Ok(Outcome::Deleted);
                 }
                 Ok(Outcome::Replaced) => {

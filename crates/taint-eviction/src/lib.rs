@@ -66,7 +66,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
     pods.add_index(BY_NODE_NAME, pod_node_index());
     let nodes = ctx.informers.informer::<Node>();
     let events: Arc<dyn EvictionEvents> =
-        Arc::new(Recorder::new(client.clone(), NAME).with_clock(ctx.clock.clone()));
+        Arc::new(Recorder::new(client.clone(), NAME, &ctx.metrics).with_clock(ctx.clock.clone()));
     let parts = Parts {
         client,
         events,
@@ -75,6 +75,7 @@ fn init(ctx: &ControllerContext) -> Result<Started, InitError> {
         conditions: ctx.features.enabled(Feature::PodDisruptionConditions),
         host: ctx.host(NAME),
         clock: ctx.clock.clone(),
+        metrics: ctx.metrics.clone(),
     };
     Ok(start(parts, ctx.stop.clone()))
 }
@@ -91,6 +92,9 @@ struct Parts {
     conditions: bool,
     host: Host,
     clock: Clock,
+    /// The runtime's families (its queues count there); its own go on
+    /// their registry.
+    metrics: kcm_runtime::metrics::Metrics,
 }
 
 /// Registers the handlers and returns the workers on the host.
@@ -103,9 +107,15 @@ fn start(parts: Parts, stop: CancellationToken) -> Started {
         conditions,
         host,
         clock,
+        metrics,
     } = parts;
-    metrics::metrics();
-    let evictor = Evictor::new(client, Arc::clone(&events), conditions, clock.clone());
+    let evictor = Evictor::new(
+        client,
+        Arc::clone(&events),
+        conditions,
+        clock.clone(),
+        metrics::Metrics::new(metrics.registry()),
+    );
     // Evictions run under the host's guard too: one that panics or runs
     // past the sync timeout ends like a failed one (dropped, re-evaluated on
     // a later pod or node event), freeing its pod's key.
@@ -133,8 +143,8 @@ fn start(parts: Parts, stop: CancellationToken) -> Started {
 
     // De-duplicating queues: only an item whose handling panicked is
     // retried through them.
-    let node_queue = WorkQueue::new(NODE_QUEUE, RetryRateLimit::controller_default());
-    let pod_queue = WorkQueue::new(POD_QUEUE, RetryRateLimit::controller_default());
+    let node_queue = WorkQueue::new(NODE_QUEUE, RetryRateLimit::controller_default(), &metrics);
+    let pod_queue = WorkQueue::new(POD_QUEUE, RetryRateLimit::controller_default(), &metrics);
     handlers::register(&pods, &nodes, pod_queue.clone(), node_queue.clone());
 
     let run = run(

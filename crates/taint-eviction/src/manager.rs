@@ -8,13 +8,13 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kcm_pod::CachedPod;
 use kcm_runtime::clock::Clock;
-use kcm_runtime::informer::{BY_NODE_NAME, Informer};
+use kcm_runtime::informer::{BY_NODE_NAME, Informer, key_of};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::decide::{Decision, decide, no_execute_taints};
 use crate::events::EvictionEvents;
-use crate::timed_queue::{TimedQueue, WorkArgs, pod_key};
+use crate::timed_queue::{TimedQueue, WorkArgs};
 
 /// A pod work item: the pod and the node it was on when the event came.
 /// Items are sharded by node, so a pod and its node meet on one worker.
@@ -146,7 +146,7 @@ impl TaintManager {
 
     /// A pod changed (or appeared, or went away).
     pub fn handle_pod(&self, item: &PodItem) {
-        let key = pod_key(&item.namespace, &item.name);
+        let key = key_of(&item.namespace, &item.name);
         let span = tracing::debug_span!("pod_update", pod = %key, node = %item.node_name);
         let _entered = span.enter();
         let Some(pod) = self.cache.pod(&key) else {
@@ -169,7 +169,7 @@ impl TaintManager {
 
     fn process_pod_on_node(&self, pod: &CachedPod, node: &str, taints: &[Taint], now: Instant) {
         let (ns, name) = ns_name(pod);
-        let key = pod_key(ns, name);
+        let key = key_of(ns, name);
         let tolerations = pod.tolerations();
         self.drop_stale(pod);
         let scheduled = self.evictions.get(&key).is_some();
@@ -200,19 +200,19 @@ impl TaintManager {
     /// the namesake).
     fn drop_stale(&self, pod: &CachedPod) {
         let (ns, name) = ns_name(pod);
-        if let Some(s) = self.evictions.get(&pod_key(ns, name))
+        if let Some(s) = self.evictions.get(&key_of(ns, name))
             && s.uid.is_some()
             && s.uid.as_deref() != Some(pod.uid()).filter(|u| !u.is_empty())
         {
-            tracing::debug!(pod = %pod_key(ns, name), "pod was replaced by a namesake; cancelling its eviction");
+            tracing::debug!(pod = %key_of(ns, name), "pod was replaced by a namesake; cancelling its eviction");
             self.cancel_with_event(ns, name);
         }
     }
 
     /// Cancels the pod's pending eviction, with an event when there was one.
     fn cancel_with_event(&self, namespace: &str, name: &str) {
-        if self.evictions.cancel(&pod_key(namespace, name)) {
-            tracing::debug!(pod = %pod_key(namespace, name), "cancelled eviction");
+        if self.evictions.cancel(&key_of(namespace, name)) {
+            tracing::debug!(pod = %key_of(namespace, name), "cancelled eviction");
             self.events.cancelling(namespace, name);
         }
     }

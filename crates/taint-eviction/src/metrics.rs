@@ -6,10 +6,9 @@
 //! so every sample lands in `+Inf` (and overflows past ~9 s). We observe
 //! real seconds, which is what the name and help text promise.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, Opts};
+use prometheus::{Histogram, HistogramOpts, IntCounter, Opts, Registry};
 
 const SUBSYSTEM: &str = "taint_eviction_controller";
 
@@ -18,7 +17,8 @@ pub const DELETION_DURATION_BUCKETS: [f64; 12] = [
     0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 10.0, 30.0, 60.0, 120.0, 180.0, 240.0,
 ];
 
-/// The controller's metrics, registered once in the process registry.
+/// The controller's metrics on one registry; clones share the series.
+#[derive(Clone)]
 pub struct Metrics {
     /// `taint_eviction_controller_pod_deletions_total`.
     pub pod_deletions: IntCounter,
@@ -34,10 +34,9 @@ impl Metrics {
     }
 }
 
-/// The metrics, registered on first use.
-pub fn metrics() -> &'static Metrics {
-    static METRICS: OnceLock<Metrics> = OnceLock::new();
-    METRICS.get_or_init(|| {
+impl Metrics {
+    /// The families, registered on `r`.
+    pub fn new(r: &Registry) -> Self {
         let pod_deletions = IntCounter::with_opts(
             Opts::new(
                 "pod_deletions_total",
@@ -57,10 +56,10 @@ pub fn metrics() -> &'static Metrics {
         )
         .expect("static metric definition is valid");
         Metrics {
-            pod_deletions: kcm_runtime::metrics::register(pod_deletions),
-            pod_deletion_duration: kcm_runtime::metrics::register(pod_deletion_duration),
+            pod_deletions: kcm_runtime::metrics::register(r, pod_deletions),
+            pod_deletion_duration: kcm_runtime::metrics::register(r, pod_deletion_duration),
         }
-    })
+    }
 }
 
 #[cfg(test)]
@@ -69,15 +68,13 @@ mod tests {
 
     #[test]
     fn names_buckets_and_seconds() {
-        let m = metrics();
-        let before = m.pod_deletions.get();
-        let count = m.pod_deletion_duration.get_sample_count();
-        let sum = m.pod_deletion_duration.get_sample_sum();
+        let r = Registry::new();
+        let m = Metrics::new(&r);
         m.deleted(Duration::from_millis(1500));
-        assert_eq!(m.pod_deletions.get(), before + 1);
-        assert_eq!(m.pod_deletion_duration.get_sample_count(), count + 1);
-        assert!((m.pod_deletion_duration.get_sample_sum() - sum - 1.5).abs() < 1e-9);
-        let text = kcm_runtime::metrics::render();
+        assert_eq!(m.pod_deletions.get(), 1);
+        assert_eq!(m.pod_deletion_duration.get_sample_count(), 1);
+        assert!((m.pod_deletion_duration.get_sample_sum() - 1.5).abs() < 1e-9);
+        let text = kcm_runtime::metrics::render_of(&r);
         assert!(text.contains("taint_eviction_controller_pod_deletions_total"));
         assert!(text.contains(
             "taint_eviction_controller_pod_deletion_duration_seconds_bucket{le=\"2.5\"}"

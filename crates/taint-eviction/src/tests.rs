@@ -83,8 +83,14 @@ async fn controller(wall: Timestamp) -> Running {
         pods: Arc::clone(&pods),
         nodes: Arc::clone(&nodes),
         conditions: true,
-        host: Host::with_clock(NAME, HostSettings::default(), clock.clone()),
+        host: Host::new(
+            NAME,
+            HostSettings::default(),
+            clock.clone(),
+            &Default::default(),
+        ),
         clock,
+        metrics: Default::default(),
     };
     let stop = CancellationToken::new();
     let started = super::start(parts, stop.clone());

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use kcm_runtime::clock::Clock;
+use kcm_runtime::informer::key_of;
 use parking_lot::Mutex;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
@@ -36,15 +37,10 @@ pub struct WorkArgs {
 }
 
 impl WorkArgs {
-    /// `namespace/name`.
+    /// The pod's key ([`key_of`]).
     pub fn key(&self) -> String {
-        pod_key(&self.namespace, &self.name)
+        key_of(&self.namespace, &self.name)
     }
-}
-
-/// `namespace/name`, the key of a pod's eviction.
-pub fn pod_key(namespace: &str, name: &str) -> String {
-    format!("{namespace}/{name}")
 }
 
 /// The work run when an eviction fires: the pod and the time it was due.

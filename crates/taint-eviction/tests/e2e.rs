@@ -17,10 +17,14 @@ use support::*;
 
 /// The shared control plane with our controller (default gates) watching it.
 fn plane() -> &'static ControlPlane {
+    ours();
+    kcm_e2e::shared()
+}
+
+/// Our controller, started once for the binary.
+fn ours() -> &'static Detached {
     static OURS: OnceLock<Detached> = OnceLock::new();
-    let cp = kcm_e2e::shared();
-    OURS.get_or_init(|| start_ours(cp, FeatureGates::default()));
-    cp
+    OURS.get_or_init(|| start_ours(kcm_e2e::shared(), FeatureGates::default()))
 }
 
 async fn client() -> kube::Client {
@@ -173,7 +177,7 @@ fn sample(text: &str, prefix: &str) -> Option<f64> {
 async fn metrics_count_deletions_in_seconds() {
     let run = scenarios::untolerated(&client().await).await;
     expect_untolerated(&run);
-    let text = kcm_runtime::metrics::render();
+    let text = ours().metrics.render();
     let deletions =
         sample(&text, "taint_eviction_controller_pod_deletions_total ").expect("deletions counter");
     assert!(deletions >= 2.0, "{deletions}");

@@ -115,8 +115,11 @@ fn reset_sets_false_with_empty_reason_and_message() {
 #[tokio::test(start_paused = true)]
 async fn requeued_at_the_exact_remaining_time() {
     let clock = Clock::following_tokio(at(0));
-    let queue: WorkQueue<String> =
-        WorkQueue::new("stale_test", RetryRateLimit::controller_default());
+    let queue: WorkQueue<String> = WorkQueue::new(
+        "stale_test",
+        RetryRateLimit::controller_default(),
+        &Default::default(),
+    );
     // The condition was set 45 s before the controller saw the pod.
     let p = pod("True", "PreemptionByScheduler", Some(-45), "Running");
     let wait = stale_wait(&p, clock.now(), TIMEOUT).expect("candidate");

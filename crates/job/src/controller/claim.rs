@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
 use kcm_pod::CachedPod;
+use kcm_pod::meta::key_of;
 use kcm_runtime::client::Written;
 use kcm_runtime::informer::BY_CONTROLLER_UID;
 
@@ -24,7 +25,7 @@ impl<P: JobPort> JobController<P> {
     ) -> (Vec<Arc<CachedPod>>, Option<kube::Error>) {
         let ns = job.metadata.namespace.clone().unwrap_or_default();
         let uid = job.metadata.uid.clone().unwrap_or_default();
-        let job_key = format!("{ns}/{}", job.metadata.name.as_deref().unwrap_or(""));
+        let job_key = key_of(&ns, job.metadata.name.as_deref().unwrap_or(""));
         // Only pods without a controller are adoption candidates: an index,
         // not a scan of every pod in the namespace on each sync.
         let c = decide::claim(

@@ -6,13 +6,10 @@
 //! others changed it [`STOP_AFTER`] times), looked at again every
 //! [`RECHECK`] until the contest expires.
 
-use std::collections::BTreeSet;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use kcm_runtime::informer::{object_key, parse_rv};
-use prometheus::{IntGaugeVec, Opts};
+use kcm_runtime::informer::{Informable as _, parse_rv};
 
 use super::JobController;
 use super::port::JobPort;
@@ -22,26 +19,6 @@ use crate::conflict::{Foreign, Outcome, STOP_AFTER, WINDOW, fingerprint, status_
 pub const REASON: &str = "ConflictingController";
 /// How often a contested Job is looked at again while its syncs wait.
 const RECHECK: Duration = Duration::from_secs(15);
-
-/// `kcm_rs_conflicting_controller{writer}`: Jobs whose status that writer
-/// changed within the last two minutes (a series per writer seen).
-pub fn gauge() -> &'static IntGaugeVec {
-    static G: OnceLock<IntGaugeVec> = OnceLock::new();
-    G.get_or_init(|| {
-        kcm_runtime::metrics::register(
-            IntGaugeVec::new(
-                Opts::new(
-                    "kcm_rs_conflicting_controller",
-                    "Jobs this Job controller syncs whose status another writer (a second Job \
-                     controller, such as kube-controller-manager's job-controller) changed \
-                     within the last 2 minutes, by the writer's field manager.",
-                ),
-                &["writer"],
-            )
-            .expect("constant metric definition is valid"),
-        )
-    })
-}
 
 /// How a status write ended, for the ledger: a definite refusal wrote
 /// nothing; no answer, or a server error, may have written it.
@@ -64,7 +41,7 @@ impl<P: JobPort> JobController<P> {
         let Some(change) = status_change(old, cur) else {
             return;
         };
-        let key = object_key(cur);
+        let key = cur.key();
         if let Some(f) = self.conflict.observe(&key, change, self.clock.instant()) {
             self.report_conflict(cur, &key, &f);
         }
@@ -121,11 +98,9 @@ impl<P: JobPort> JobController<P> {
 
     /// Sets the gauge from the ledger (expired contests drop out).
     pub(super) fn refresh_conflict_gauge(&self) {
-        static SHOWN: parking_lot::Mutex<BTreeSet<String>> =
-            parking_lot::Mutex::new(BTreeSet::new());
         let by = self.conflict.by_writer(self.clock.instant());
-        let g = gauge();
-        let mut shown = SHOWN.lock();
+        let g = &self.metrics.conflicting;
+        let mut shown = self.metrics.conflicting_shown.lock();
         shown.retain(|w| {
             let keep = by.contains_key(w);
             if !keep {

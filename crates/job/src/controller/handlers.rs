@@ -8,11 +8,10 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use kcm_conditions::pod::is_pod_terminal;
 use kcm_pod::{CachedPod, ControllerRef};
-use kcm_runtime::informer::{BY_NAMESPACE, Change, object_key};
+use kcm_runtime::informer::{BY_NAMESPACE, Change, Informable as _, key_of};
 
 use super::port::JobPort;
 use super::{JobController, OrphanKey, SYNC_JOB_BATCH_PERIOD};
-use crate::metrics::metrics;
 use crate::pod_failure_policy::{Action, match_pod_failure_policy};
 use crate::selector;
 use crate::sync::Config;
@@ -24,13 +23,17 @@ fn terminal_with_finalizer(p: Option<&CachedPod>) -> bool {
     p.is_some_and(|p| is_pod_terminal(p) && p.has_tracking_finalizer())
 }
 
-fn record_tracking_finalizer(old: Option<&CachedPod>, new: Option<&CachedPod>) {
+fn record_tracking_finalizer(
+    m: &crate::metrics::Metrics,
+    old: Option<&CachedPod>,
+    new: Option<&CachedPod>,
+) {
     match (terminal_with_finalizer(old), terminal_with_finalizer(new)) {
-        (false, true) => metrics()
+        (false, true) => m
             .terminated_pods_tracking_finalizer
             .with_label_values(&["add"])
             .inc(),
-        (true, false) => metrics()
+        (true, false) => m
             .terminated_pods_tracking_finalizer
             .with_label_values(&["delete"])
             .inc(),
@@ -61,12 +64,12 @@ impl<P: JobPort> JobController<P> {
         }
         self.jobs
             .store()
-            .get(&format!("{namespace}/{}", r.name))
+            .get(&key_of(namespace, &r.name))
             .filter(|j| j.metadata.uid.as_deref() == Some(&*r.uid))
     }
 
     fn enqueue_after(&self, job: &Job, delay: Duration) {
-        self.queue.add_after(object_key(job), delay);
+        self.queue.add_after(job.key(), delay);
     }
 
     fn enqueue_orphan(&self, pod: &CachedPod) {
@@ -124,13 +127,13 @@ impl<P: JobPort> JobController<P> {
             })
             .collect();
         if jobs.len() > 1 {
-            tracing::warn!(pod = %object_key(pod), "user error! more than one job is selecting pods with labels");
+            tracing::warn!(pod = %pod.key(), "user error! more than one job is selecting pods with labels");
         }
         jobs
     }
 
     fn add_pod(&self, pod: &CachedPod) {
-        record_tracking_finalizer(None, Some(pod));
+        record_tracking_finalizer(&self.metrics, None, Some(pod));
         if pod.is_deleting() {
             self.delete_pod(pod, false);
             return;
@@ -139,8 +142,7 @@ impl<P: JobPort> JobController<P> {
         if let Some(r) = pod.controller() {
             let job = self.resolve(ns, r);
             if let Some(job) = &job {
-                self.expectations
-                    .creation_observed(&object_key(job.as_ref()));
+                self.expectations.creation_observed(&job.key());
                 self.enqueue_after(job, SYNC_JOB_BATCH_PERIOD);
             }
             self.release_if_job_done(pod, job.as_deref());
@@ -155,7 +157,7 @@ impl<P: JobPort> JobController<P> {
     }
 
     fn update_pod(&self, old: &CachedPod, cur: &CachedPod) {
-        record_tracking_finalizer(Some(old), Some(cur));
+        record_tracking_finalizer(&self.metrics, Some(old), Some(cur));
         if cur.resource_version() == old.resource_version() {
             return;
         }
@@ -174,7 +176,7 @@ impl<P: JobPort> JobController<P> {
         {
             if finalizer_removed {
                 self.finalizer_expectations
-                    .finalizer_removal_observed(&object_key(job.as_ref()), uid);
+                    .finalizer_removal_observed(&job.key(), uid);
             }
             self.enqueue_after(&job, SYNC_JOB_BATCH_PERIOD);
         }
@@ -183,7 +185,7 @@ impl<P: JobPort> JobController<P> {
             if let Some(job) = &job {
                 if finalizer_removed {
                     self.finalizer_expectations
-                        .finalizer_removal_observed(&object_key(job.as_ref()), uid);
+                        .finalizer_removal_observed(&job.key(), uid);
                 }
                 let delay = if newly_fails_job(job, old, cur, &self.config) {
                     Duration::ZERO
@@ -207,7 +209,7 @@ impl<P: JobPort> JobController<P> {
 
     fn delete_pod(&self, pod: &CachedPod, last: bool) {
         if last {
-            record_tracking_finalizer(Some(pod), None);
+            record_tracking_finalizer(&self.metrics, Some(pod), None);
         }
         let has_finalizer = pod.has_tracking_finalizer();
         let ns = pod.namespace();
@@ -223,7 +225,7 @@ impl<P: JobPort> JobController<P> {
             }
             return;
         };
-        let key = object_key(job.as_ref());
+        let key = job.key();
         self.expectations.deletion_observed(&key);
         if last || !has_finalizer {
             self.finalizer_expectations
@@ -242,9 +244,9 @@ impl<P: JobPort> JobController<P> {
         {
             return;
         }
-        untrusted::record(
+        self.metrics.untrusted.record(
             untrusted::Reason::FutureManagedFields,
-            &object_key(job),
+            &job.key(),
             || format!("managedFields entry of {manager:?} dated {at}, ahead of now ({now})"),
             self.clock.instant(),
         );
@@ -265,15 +267,15 @@ impl<P: JobPort> JobController<P> {
             .managed_elsewhere(job)
             .filter(|_| !self.config.beside_kcm())
         {
-            let label = crate::metrics::external_controller_label(
+            let label = self.metrics.external_controller_label(
                 name,
                 job.metadata.namespace.as_deref().unwrap_or_default(),
                 job.metadata.uid.as_deref().unwrap_or_default(),
             );
             if label == crate::metrics::OTHER_CONTROLLER {
-                untrusted::record(
+                self.metrics.untrusted.record(
                     untrusted::Reason::ManagedByLabelOverflow,
-                    &object_key(job),
+                    &job.key(),
                     || {
                         format!(
                             "spec.managedBy {name:?} counted as \"other\": its namespace holds {} label slots or all {} are taken",
@@ -284,7 +286,7 @@ impl<P: JobPort> JobController<P> {
                     self.clock.instant(),
                 );
             }
-            metrics()
+            self.metrics
                 .jobs_by_external_controller
                 .with_label_values(&[label])
                 .inc();
@@ -326,7 +328,7 @@ impl<P: JobPort> JobController<P> {
     fn delete_job(&self, job: &Job) {
         // A Job created again under the same name must not wait for the old
         // one's pod creations or deletions (upstream 1.37).
-        let key = object_key(job);
+        let key = job.key();
         self.expectations.delete_expectations(&key);
         self.rw.forget(&key, job.metadata.uid.as_deref());
         self.finalizer_expectations.delete_expectations(&key);
@@ -335,16 +337,14 @@ impl<P: JobPort> JobController<P> {
             self.finished_jobs.lock().remove(uid);
         }
         self.enqueue_selector(job);
-        self.backoff.remove(&object_key(job));
+        self.backoff.remove(&job.key());
         if let Some(name) = self
             .config
             .managed_elsewhere(job)
             .filter(|_| !self.config.beside_kcm())
         {
-            crate::metrics::forget_external_controller(
-                name,
-                job.metadata.uid.as_deref().unwrap_or_default(),
-            );
+            self.metrics
+                .forget_external_controller(name, job.metadata.uid.as_deref().unwrap_or_default());
         }
     }
 

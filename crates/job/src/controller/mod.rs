@@ -28,6 +28,7 @@ use kcm_runtime::host::Host;
 use kcm_runtime::informer::{
     BY_CONTROLLER_UID, BY_NAMESPACE, Informer, namespace_index, pod_controller_uid_index,
 };
+use kcm_runtime::metrics::Metrics;
 use kcm_runtime::workqueue::{InFlightLimit, RetryRateLimit, WorkQueue, namespace_lane};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -98,28 +99,32 @@ impl OrphanKey {
     }
 }
 
-/// The controller; `P` performs its API writes and events.
+/// The controller; `P` performs its API writes and events. Its parts are
+/// its own: built by [`JobController::new`] (and the `with_*` steps before
+/// it is shared), read by the executor in this module.
 pub struct JobController<P = ApiPort> {
-    pub port: P,
-    pub jobs: Arc<Informer<Job>>,
-    pub pods: Arc<Informer<CachedPod>>,
-    pub queue: WorkQueue<String>,
-    pub orphan_queue: WorkQueue<OrphanKey>,
-    pub expectations: ControllerExpectations,
-    pub finalizer_expectations: UidTrackingExpectations,
+    port: P,
+    jobs: Arc<Informer<Job>>,
+    pods: Arc<Informer<CachedPod>>,
+    queue: WorkQueue<String>,
+    orphan_queue: WorkQueue<OrphanKey>,
+    expectations: ControllerExpectations,
+    finalizer_expectations: UidTrackingExpectations,
     /// UIDs of Jobs we marked finished whose update we have not seen yet.
-    pub finished_jobs: Mutex<HashSet<String>>,
-    pub backoff: BackoffStore,
-    pub config: Config,
+    finished_jobs: Mutex<HashSet<String>>,
+    backoff: BackoffStore,
+    config: Config,
     /// Read-your-writes (1.36+), see [`consistency`].
-    pub rw: consistency::ReadYourWrites,
+    rw: consistency::ReadYourWrites,
     /// The runtime's one clock: the `now` each sync decides with.
-    pub clock: kcm_runtime::clock::Clock,
+    clock: kcm_runtime::clock::Clock,
     /// Our status writes and the foreign ones seen (`--on-conflict`).
-    pub conflict: crate::conflict::Ledger,
+    conflict: crate::conflict::Ledger,
     /// The Workload and PodGroup informers, with `WorkloadWithJob` on
     /// (1.37's v1beta1 ones, or 1.36's v1alpha2 ones).
-    pub scheduling: Option<scheduling::Scheduling>,
+    scheduling: Option<scheduling::Scheduling>,
+    /// The `job_controller_*` families of the minor it behaves as.
+    metrics: crate::metrics::Metrics,
 }
 
 /// The core/v1 reference of a Job, for events.
@@ -147,33 +152,77 @@ impl<P: JobPort> JobController<P> {
     /// A controller over `jobs` and `pods` (indexed by [`add_indexes`])
     /// writing through `port`, with empty queues, expectations and
     /// back-off records: what a process starts with. KCM and the model
-    /// tests build it the same way.
+    /// tests build it the same way. Its queues count in `runtime`'s
+    /// families, its own in `metrics`.
     pub fn new(
         port: P,
         jobs: Arc<Informer<Job>>,
         pods: Arc<Informer<CachedPod>>,
         config: Config,
         clock: Clock,
+        runtime: &Metrics,
+        metrics: crate::metrics::Metrics,
     ) -> Self {
         let rate = RetryRateLimit::per_key(JOB_API_BACKOFF, MAX_JOB_API_BACKOFF);
+        let read_your_writes = config.read_your_writes;
         JobController {
             port,
             jobs,
             pods,
             // Beyond upstream: namespaces take turns, so one namespace's
             // burst of Jobs does not hold back another's (docs/fair-share.md).
-            queue: WorkQueue::fair("job", rate, namespace_lane::<String>),
-            orphan_queue: WorkQueue::fair("job_orphan_pod", rate, OrphanKey::namespace),
+            queue: WorkQueue::fair("job", rate, namespace_lane::<String>, runtime),
+            orphan_queue: WorkQueue::fair("job_orphan_pod", rate, OrphanKey::namespace, runtime),
             expectations: ControllerExpectations::with_clock(clock.clone()),
             finalizer_expectations: UidTrackingExpectations::new(),
             finished_jobs: Mutex::default(),
             backoff: BackoffStore::new(),
             config,
-            rw: consistency::ReadYourWrites::new(config.read_your_writes),
+            rw: consistency::ReadYourWrites::new(read_your_writes),
             conflict: crate::conflict::Ledger::new(Default::default()),
             scheduling: None,
             clock,
+            metrics,
         }
+    }
+
+    /// What it does when another writer changes a Job's status
+    /// (`--on-conflict`).
+    #[must_use]
+    pub fn with_on_conflict(mut self, on_conflict: crate::conflict::OnConflict) -> Self {
+        self.conflict = crate::conflict::Ledger::new(on_conflict);
+        self
+    }
+
+    /// The Workload and PodGroup informers it keeps with `WorkloadWithJob`.
+    #[must_use]
+    pub fn with_scheduling(mut self, scheduling: scheduling::Scheduling) -> Self {
+        self.scheduling = Some(scheduling);
+        self
+    }
+
+    /// The port it writes through (the model tests' world).
+    #[cfg(test)]
+    pub(crate) fn port(&self) -> &P {
+        &self.port
+    }
+
+    /// Its expectations (the model tests check they are met).
+    #[cfg(test)]
+    pub(crate) fn expectations(&self) -> &ControllerExpectations {
+        &self.expectations
+    }
+
+    /// Its back-off records (the model tests read the wait).
+    #[cfg(test)]
+    pub(crate) fn backoff(&self) -> &BackoffStore {
+        &self.backoff
+    }
+
+    /// The profile it syncs with.
+    #[cfg(test)]
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
     }
 
     pub fn event(&self, job: &Job, warning: bool, reason: &str, message: impl Into<String>) {

@@ -3,7 +3,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kcm_pod::CachedPod;
-use kcm_runtime::informer::object_key;
+use kcm_runtime::informer::key_of;
 use kcm_runtime::selector::Selector;
 
 use super::handlers::is_finished;
@@ -14,7 +14,7 @@ impl<P: JobPort> JobController<P> {
     pub(super) async fn sync_orphan(&self, key: &OrphanKey) -> Result<(), kube::Error> {
         match key {
             OrphanKey::Name { namespace, name } => {
-                match self.pods.store().get(&format!("{namespace}/{name}")) {
+                match self.pods.store().get(&key_of(namespace, name)) {
                     Some(pod) => self.handle_orphan(&pod).await,
                     None => Ok(()),
                 }
@@ -38,7 +38,7 @@ impl<P: JobPort> JobController<P> {
                         // Retried for this pod alone, with back-off (upstream
                         // 1.37; earlier versions only logged, so a finalizer
                         // could stay until the pod changed again).
-                        tracing::warn!(pod = %object_key(pod.as_ref()), "removing tracking finalizer, will retry: {e}");
+                        tracing::warn!(pod = %pod.key(), "removing tracking finalizer, will retry: {e}");
                         self.orphan_queue.add_rate_limited(OrphanKey::Name {
                             namespace: namespace.clone(),
                             name: pod.name().to_string(),
@@ -62,7 +62,7 @@ impl<P: JobPort> JobController<P> {
             let job = self
                 .jobs
                 .store()
-                .get(&format!("{ns}/{}", r.name))
+                .get(&key_of(ns, &r.name))
                 .filter(|j| j.metadata.uid.as_deref() == Some(&*r.uid));
             let keep = match job {
                 Some(job) => self.config.managed_elsewhere(&job).is_some() || !is_finished(&job),
@@ -81,13 +81,13 @@ impl<P: JobPort> JobController<P> {
         let owner = pod.controller().and_then(|r| {
             self.jobs
                 .store()
-                .get(&format!("{}/{}", pod.namespace(), r.name))
+                .get(&key_of(pod.namespace(), &r.name))
                 .filter(|j| j.metadata.uid.as_deref() == Some(&*r.uid))
         });
         if owner.is_none() {
-            crate::untrusted::record(
+            self.metrics.untrusted.record(
                 crate::untrusted::Reason::OrphanTrackingFinalizer,
-                &object_key(pod),
+                &pod.key(),
                 || {
                     "the Job tracking finalizer on a pod no Job of its namespace owns; removing it"
                         .into()
@@ -104,7 +104,7 @@ impl<P: JobPort> JobController<P> {
         // Job's orphans leave no record behind.
         if let Some(r) = pod.controller() {
             let ns = pod.namespace();
-            if self.jobs.store().get(&format!("{ns}/{}", r.name)).is_some() {
+            if self.jobs.store().get(&key_of(ns, &r.name)).is_some() {
                 self.record_pod_write(pod, rv.as_deref());
             }
         }

@@ -11,7 +11,6 @@ use kcm_pod::CachedPod;
 
 use super::JobController;
 use super::port::{JobPort, Settle, Settled, error_message, fan_out, slow_start};
-use crate::metrics::metrics;
 use crate::sync::Prepared;
 use crate::sync::manage::{Outcome, PodWork};
 
@@ -233,13 +232,13 @@ impl<P: JobPort> JobController<P> {
             "new"
         };
         if ok > 0 {
-            metrics()
+            self.metrics
                 .pods_creation
                 .with_label_values(&[reason, "succeeded"])
                 .inc_by(ok);
         }
         if failed > 0 {
-            metrics()
+            self.metrics
                 .pods_creation
                 .with_label_values(&[reason, "failed"])
                 .inc_by(failed);

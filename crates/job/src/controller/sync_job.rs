@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
 use kcm_pod::CachedPod;
+use kcm_pod::meta::key_of;
 use tracing::Instrument;
 
 use super::JobController;
 use super::consistency::Resource;
 use super::port::{JobPort, Settled, fan_out};
-use crate::metrics::{self, metrics};
 use crate::sync::decide::{self, Guard, guard};
 use crate::sync::manage::{after_pods, pod_work};
 use crate::sync::tracking;
@@ -49,12 +49,8 @@ impl<P: JobPort> JobController<P> {
     pub(super) fn record_pod_write(&self, pod: &CachedPod, rv: Option<&str>) {
         let ns = pod.namespace();
         if let Some(owner) = pod.controller() {
-            self.rw.on_write(
-                &format!("{ns}/{}", owner.name),
-                &owner.uid,
-                Resource::Pods,
-                rv,
-            );
+            self.rw
+                .on_write(&key_of(ns, &owner.name), &owner.uid, Resource::Pods, rv);
         }
     }
 
@@ -71,9 +67,9 @@ impl<P: JobPort> JobController<P> {
             Resource::Pods => self.pods.last_resource_version(),
             Resource::Jobs => self.jobs.last_resource_version(),
         }) {
-            metrics::stale_sync_skips()
-                .with_label_values(&stale.resource.labels())
-                .inc();
+            if let Some(c) = &self.metrics.stale_sync_skips {
+                c.with_label_values(&stale.resource.labels()).inc();
+            }
             return Err(stale.into());
         }
         let shared = self.jobs.store().get(key);
@@ -125,7 +121,7 @@ impl<P: JobPort> JobController<P> {
                 .add_after(key.to_string(), after.saturating_sub(waited));
         }
         let res = if result.is_ok() { "success" } else { "error" };
-        let m = metrics();
+        let m = &self.metrics;
         m.sync_duration
             .with_label_values(&[mode, res, action])
             .observe(started.elapsed().as_secs_f64());
@@ -164,7 +160,7 @@ impl<P: JobPort> JobController<P> {
             expected_rm_finalizers: self.finalizer_expectations.get_uids(key),
             stored_backoff: self.backoff.get(key),
             now: self.clock.now(),
-            config: self.config,
+            config: self.config.clone(),
             pod_group,
         });
         // The working copy: its status goes from stage to stage and is
@@ -202,7 +198,7 @@ impl<P: JobPort> JobController<P> {
     }
 
     async fn write_status(&self, ns: &str, name: &str, job: &mut Job) -> Result<(), kube::Error> {
-        let key = format!("{ns}/{name}");
+        let key = key_of(ns, name);
         let written = self.ledgered_status_write(&key, job).await?;
         self.rw.on_write(
             &key,
@@ -216,7 +212,7 @@ impl<P: JobPort> JobController<P> {
 
     fn record_pods_finished(&self, job: &Job, old: &JobStatus) {
         let d = decide::pods_finished(job, old);
-        let m = metrics();
+        let m = &self.metrics;
         for (result, label, n) in &d.indexes {
             m.finished_indexes
                 .with_label_values(&[result, label])
@@ -253,7 +249,7 @@ impl<P: JobPort> JobController<P> {
             old_status = status(job).clone();
         }
         for (action, n) in &plan.policy_actions {
-            metrics()
+            self.metrics
                 .pod_failures_handled_by_failure_policy
                 .with_label_values(&[action])
                 .inc_by(*n);
@@ -296,7 +292,7 @@ impl<P: JobPort> JobController<P> {
         for e in f.events {
             self.event(job, e.warning, &e.reason, e.message);
         }
-        metrics()
+        self.metrics
             .jobs_finished
             .with_label_values(&[f.mode, f.result, &f.reason])
             .inc();

@@ -48,7 +48,7 @@ fn is_about_job(e: &Event, job: &Job) -> bool {
     }
 }
 
-pub fn gone_pods(job: &Job, pods: &[Pod], events: &[Event], config: Config) -> Vec<GonePod> {
+pub fn gone_pods(job: &Job, pods: &[Pod], events: &[Event], config: &Config) -> Vec<GonePod> {
     let present: HashSet<&str> = pods
         .iter()
         .filter_map(|p| p.metadata.name.as_deref())
@@ -104,7 +104,7 @@ pub fn gone_pods(job: &Job, pods: &[Pod], events: &[Event], config: Config) -> V
 
 /// The policy's decision on a pod the taint manager evicted: `Failed` with
 /// `DisruptionTarget` (reason `DeletionByTaintManager`), no exit code known.
-fn infer_eviction(job: &Job, name: &str, config: Config) -> Inferred {
+fn infer_eviction(job: &Job, name: &str, config: &Config) -> Inferred {
     let mut pod = Pod::default();
     pod.metadata.name = Some(name.to_string());
     pod.metadata.namespace.clone_from(&job.metadata.namespace);

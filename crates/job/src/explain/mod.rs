@@ -217,7 +217,7 @@ pub struct Explanation {
 /// Builds the whole report; see the module documentation.
 pub fn explain(req: &Request<'_>) -> Explanation {
     let job = req.job;
-    let config = req.config;
+    let config = &req.config;
     // The controller decides on pods as cached; the report also shows what
     // only the fetched pods hold (reasons, containers).
     let present: Vec<Arc<CachedPod>> = req.pods.iter().map(|p| Arc::new(p.into())).collect();
@@ -339,7 +339,7 @@ fn run_replay(
     full: &Fetched<'_>,
     stopped: &[String],
     now: Timestamp,
-    config: Config,
+    config: &Config,
 ) -> Replayed {
     let base = replay::base_job(stored, spec_of, present, config);
     let is_terminal = |p: &CachedPod| is_pod_failed(p, stored) || p.phase() == "Succeeded";
@@ -416,7 +416,7 @@ fn run_replay(
             expected_rm_finalizers: Default::default(),
             stored_backoff: None,
             now,
-            config,
+            config: config.clone(),
             pod_group: None,
         });
         decision = ctx.finished.as_ref().map(ConditionText::of);
@@ -434,7 +434,7 @@ fn run_replay(
     }
 }
 
-fn pod_report(job: &Job, config: Config, p: &CachedPod, full: &Pod) -> PodReport {
+fn pod_report(job: &Job, config: &Config, p: &CachedPod, full: &Pod) -> PodReport {
     let policy = config.policy(job);
     let policy = policy.as_ref();
     let m = match_pod_failure_policy(policy, p);
@@ -453,7 +453,7 @@ fn pod_report(job: &Job, config: Config, p: &CachedPod, full: &Pod) -> PodReport
     }
 }
 
-fn index_failures(job: &Job, config: Config, p: &CachedPod) -> Option<(i32, i32)> {
+fn index_failures(job: &Job, config: &Config, p: &CachedPod) -> Option<(i32, i32)> {
     let spec = job.spec.as_ref()?;
     spec.backoff_limit_per_index?;
     crate::pods::valid_index(p, job)?;
@@ -462,7 +462,7 @@ fn index_failures(job: &Job, config: Config, p: &CachedPod) -> Option<(i32, i32)
     Some((before, before.saturating_add(i32::from(counts))))
 }
 
-fn index_failed(job: &Job, config: Config, p: &CachedPod) -> bool {
+fn index_failed(job: &Job, config: &Config, p: &CachedPod) -> bool {
     indexes::is_index_failed(job, p, &|p: &CachedPod| verdict_of(job, config, p))
 }
 

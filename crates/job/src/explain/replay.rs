@@ -42,19 +42,19 @@ fn accounted(p: &CachedPod, uncounted: &HashSet<&str>) -> bool {
 
 /// Whether the failure of `p` counts, as the controller's sync decides it
 /// ([`Verdicts`] over the Job the sync would read).
-pub fn counts_as_failure(job: &Job, config: Config, p: &CachedPod) -> bool {
+pub fn counts_as_failure(job: &Job, config: &Config, p: &CachedPod) -> bool {
     Verdicts::new(&config.view(job.clone())).counts(p)
 }
 
 /// (counts towards back-off, fails its index), as the sync decides it.
-pub(crate) fn verdict(job: &Job, config: Config, p: &CachedPod) -> (bool, bool) {
+pub(crate) fn verdict(job: &Job, config: &Config, p: &CachedPod) -> (bool, bool) {
     Verdicts::new(&config.view(job.clone())).index_verdict(p)
 }
 
 /// `stored` without what `present` pods account for: the status a replay
 /// starts from. `stored` is the Job as the API holds it (its own policy);
 /// `spec_of` supplies the spec the replay runs (stored or proposed).
-pub fn base_job(stored: &Job, spec_of: &Job, present: &[Arc<CachedPod>], config: Config) -> Job {
+pub fn base_job(stored: &Job, spec_of: &Job, present: &[Arc<CachedPod>], config: &Config) -> Job {
     let status = stored.status.clone().unwrap_or_default();
     let u = status.uncounted_terminated_pods.clone().unwrap_or_default();
     let un_failed: HashSet<&str> = u.failed.iter().flatten().map(String::as_str).collect();
@@ -135,7 +135,7 @@ pub fn run(
     base: &Job,
     background: &[Arc<CachedPod>],
     terminal: &[(Arc<CachedPod>, Timestamp)],
-    config: Config,
+    config: &Config,
 ) -> Vec<Step> {
     let mut pods: Vec<Arc<CachedPod>> = background.to_vec();
     let mut steps = Vec::with_capacity(terminal.len());
@@ -148,7 +148,7 @@ pub fn run(
             expected_rm_finalizers: HashSet::new(),
             stored_backoff: None,
             now: *at,
-            config,
+            config: config.clone(),
             pod_group: None,
         });
         let done = ctx.finished.is_some();

@@ -110,7 +110,7 @@ fn explain_world(w: &World, what_if: Option<&WhatIf>) -> Explanation {
         job: &w.job,
         pods: &w.pods,
         events: &[],
-        config: w.config,
+        config: w.config.clone(),
         now: w.now,
         what_if,
     })
@@ -280,7 +280,7 @@ fn gone_pods_from_events_with_the_eviction_rule_inferred() {
         job: &w.job,
         pods: &[],
         events: &events,
-        config: w.config,
+        config: w.config.clone(),
         now: w.now,
         what_if: None,
     });

@@ -121,7 +121,7 @@ pub fn prepare(input: Input) -> Prepared {
         expected_rm: &expected_rm_finalizers,
         failed,
         now,
-        config,
+        config: &config,
     };
     let decision = decide_finished(&facts);
     Prepared {
@@ -169,7 +169,7 @@ struct Facts<'a> {
     expected_rm: &'a HashSet<String>,
     failed: i32,
     now: jiff::Timestamp,
-    config: Config,
+    config: &'a Config,
 }
 
 /// What the terminal decision found.

@@ -1,7 +1,9 @@
 //! The version profile: everything in which the Job controllers of KCM
-//! 1.34 to 1.37 differ, decided once from the minor kcm-rs behaves as and
-//! its feature gates, and read by the stages and the executor. Nowhere else
-//! does the Job controller look at the version.
+//! 1.34 to 1.37 differ in what they do, decided once from the minor kcm-rs
+//! behaves as and its feature gates, and read by the stages and the
+//! executor. The only other reader of the version is `crate::metrics`,
+//! given it as a value at start: what the metric families say (stability
+//! levels in the help texts, the 1.36+ family), never what is done.
 //!
 //! | difference | from | gate |
 //! |---|---|---|
@@ -27,6 +29,8 @@
 //! expectations cleared on Job delete (1.37). Gate removals (1.37) change
 //! nothing at the defaults.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::batch::v1::{Job, PodFailurePolicy};
 use kcm_features::{Feature, FeatureGates};
 
@@ -42,7 +46,7 @@ pub enum BesideError {
 }
 
 /// Options that change decisions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// `JobPodFailurePolicy`: off means `spec.podFailurePolicy` is ignored.
     pub pod_failure_policy: bool,
@@ -70,7 +74,7 @@ pub struct Config {
     pub workload_api: crate::workload::Api,
     /// The `spec.managedBy` this controller answers to: KCM's name, or the
     /// `--job-managed-by` name when it runs beside KCM ([`Config::beside_kcm`]).
-    pub own_name: &'static str,
+    pub own_name: Arc<str>,
 }
 
 impl Config {
@@ -91,7 +95,7 @@ impl Config {
             } else {
                 crate::workload::Api::V1alpha2
             },
-            own_name: JOB_CONTROLLER_NAME,
+            own_name: JOB_CONTROLLER_NAME.into(),
         }
     }
 
@@ -101,9 +105,10 @@ impl Config {
         if !self.managed_by {
             return Err(BesideError::GateOff);
         }
-        // Leaked once per controller start: Config stays Copy.
-        let own_name = Box::leak(name.to_string().into_boxed_str());
-        Ok(Config { own_name, ..self })
+        Ok(Config {
+            own_name: name.into(),
+            ..self
+        })
     }
 
     /// Whether a Job's terminal condition waits behind an interim one
@@ -126,13 +131,13 @@ impl Config {
     /// Runs beside KCM's job-controller (`--job-managed-by`): Jobs without
     /// `spec.managedBy`, and ownerless pods, are KCM's.
     pub fn beside_kcm(&self) -> bool {
-        self.own_name != JOB_CONTROLLER_NAME
+        &*self.own_name != JOB_CONTROLLER_NAME
     }
 
     /// The controller `spec.managedBy` names when it is not this one,
     /// whatever the gate says.
     pub fn foreign<'a>(&self, job: &'a Job) -> Option<&'a str> {
-        managed_by_other(job, self.own_name)
+        managed_by_other(job, &self.own_name)
     }
 
     /// The controller named in `spec.managedBy` when it is not this one

@@ -4,13 +4,13 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{HeaderValue, Method, Request, Response, Uri, header::USER_AGENT};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
 use tokio::time::Instant;
 use tower::{BoxError, Layer, Service};
 
@@ -21,7 +21,8 @@ const LATENCY_BUCKETS: [f64; 12] = [
     0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
 ];
 
-/// The process-wide `rest_client_*` metric families, shared by every client.
+/// The `rest_client_*` metric families on one registry
+/// ([`crate::metrics::Metrics`]), shared by every client built with it.
 #[derive(Clone, Debug)]
 pub struct RestClientMetrics {
     /// `rest_client_requests_total{code,method,host}`: one per HTTP attempt
@@ -38,10 +39,9 @@ pub struct RestClientMetrics {
     pub retries_total: IntCounterVec,
 }
 
-/// The metric families, created and registered on first use.
-pub fn rest_client_metrics() -> &'static RestClientMetrics {
-    static METRICS: OnceLock<RestClientMetrics> = OnceLock::new();
-    METRICS.get_or_init(|| {
+impl RestClientMetrics {
+    /// The families, registered on `r`.
+    pub fn new(r: &Registry) -> Self {
         let requests_total = IntCounterVec::new(
             Opts::new(
                 "rest_client_requests_total",
@@ -77,12 +77,20 @@ pub fn rest_client_metrics() -> &'static RestClientMetrics {
         )
         .expect("static metric definition is valid");
         RestClientMetrics {
-            requests_total: crate::metrics::register(requests_total),
-            request_duration: crate::metrics::register(request_duration),
-            rate_limiter_duration: crate::metrics::register(rate_limiter_duration),
-            retries_total: crate::metrics::register(retries_total),
+            requests_total: crate::metrics::register(r, requests_total),
+            request_duration: crate::metrics::register(r, request_duration),
+            rate_limiter_duration: crate::metrics::register(r, rate_limiter_duration),
+            retries_total: crate::metrics::register(r, retries_total),
         }
-    })
+    }
+}
+
+/// What each layer of one client records into: the families and the
+/// client's `host` label.
+#[derive(Clone, Debug)]
+pub struct HostMetrics {
+    pub families: Arc<RestClientMetrics>,
+    pub host: Arc<str>,
 }
 
 /// Whether the request is a watch (`watch=true` or `watch=1` in the query):
@@ -113,13 +121,13 @@ pub fn code_label<B, E>(result: &Result<Response<B>, E>) -> String {
 /// Layer counting every HTTP attempt in `rest_client_requests_total`.
 #[derive(Clone, Debug)]
 pub struct AttemptMetricsLayer {
-    host: Arc<str>,
+    m: HostMetrics,
 }
 
 impl AttemptMetricsLayer {
-    /// Labels the counter with `host`.
-    pub fn new(host: Arc<str>) -> Self {
-        AttemptMetricsLayer { host }
+    /// Counts into `m`.
+    pub fn new(m: HostMetrics) -> Self {
+        AttemptMetricsLayer { m }
     }
 }
 
@@ -129,7 +137,7 @@ impl<S> Layer<S> for AttemptMetricsLayer {
     fn layer(&self, inner: S) -> Self::Service {
         AttemptMetrics {
             inner,
-            host: self.host.clone(),
+            m: self.m.clone(),
         }
     }
 }
@@ -138,7 +146,7 @@ impl<S> Layer<S> for AttemptMetricsLayer {
 #[derive(Clone, Debug)]
 pub struct AttemptMetrics<S> {
     inner: S,
-    host: Arc<str>,
+    m: HostMetrics,
 }
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for AttemptMetrics<S>
@@ -156,13 +164,13 @@ where
 
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let method = req.method().clone();
-        let host = self.host.clone();
+        let m = self.m.clone();
         let fut = self.inner.call(req);
         Box::pin(async move {
             let result = fut.await;
-            rest_client_metrics()
+            m.families
                 .requests_total
-                .with_label_values(&[code_label(&result).as_str(), method.as_str(), &host])
+                .with_label_values(&[code_label(&result).as_str(), method.as_str(), &m.host])
                 .inc();
             result
         })
@@ -178,14 +186,14 @@ where
 /// times throttling, retries and reading the body. Watches are not timed.
 #[derive(Clone, Debug)]
 pub struct InstrumentLayer {
-    host: Arc<str>,
+    m: HostMetrics,
     user_agent: HeaderValue,
 }
 
 impl InstrumentLayer {
-    /// Labels durations with `host` and sends `user_agent` on every request.
-    pub fn new(host: Arc<str>, user_agent: HeaderValue) -> Self {
-        InstrumentLayer { host, user_agent }
+    /// Times requests into `m` and sends `user_agent` on every request.
+    pub fn new(m: HostMetrics, user_agent: HeaderValue) -> Self {
+        InstrumentLayer { m, user_agent }
     }
 }
 
@@ -195,7 +203,7 @@ impl<S> Layer<S> for InstrumentLayer {
     fn layer(&self, inner: S) -> Self::Service {
         Instrument {
             inner,
-            host: self.host.clone(),
+            m: self.m.clone(),
             user_agent: self.user_agent.clone(),
         }
     }
@@ -205,7 +213,7 @@ impl<S> Layer<S> for InstrumentLayer {
 #[derive(Clone, Debug)]
 pub struct Instrument<S> {
     inner: S,
-    host: Arc<str>,
+    m: HostMetrics,
     user_agent: HeaderValue,
 }
 
@@ -229,7 +237,7 @@ where
         let timer = (!is_watch(req.uri())).then(|| RequestTimer {
             start: Instant::now(),
             method: req.method().clone(),
-            host: self.host.clone(),
+            m: self.m.clone(),
         });
         let fut = self.inner.call(req);
         Box::pin(async move {
@@ -245,14 +253,15 @@ where
 struct RequestTimer {
     start: Instant,
     method: Method,
-    host: Arc<str>,
+    m: HostMetrics,
 }
 
 impl Drop for RequestTimer {
     fn drop(&mut self) {
-        rest_client_metrics()
+        self.m
+            .families
             .request_duration
-            .with_label_values(&[self.method.as_str(), &self.host])
+            .with_label_values(&[self.method.as_str(), &self.m.host])
             .observe(self.start.elapsed().as_secs_f64());
     }
 }

@@ -50,8 +50,8 @@ pub use self::deadline::{
 };
 pub use self::lean::{LeanApi, Written};
 pub use self::metrics::{
-    AttemptMetrics, AttemptMetricsLayer, Instrument, InstrumentLayer, RestClientMetrics, TimedBody,
-    rest_client_metrics,
+    AttemptMetrics, AttemptMetricsLayer, HostMetrics, Instrument, InstrumentLayer,
+    RestClientMetrics, TimedBody,
 };
 pub use self::ratelimit::{ClientRateLimit, ClientRateLimitLayer, TokenBucket};
 pub use self::retry::{
@@ -67,7 +67,7 @@ pub const DEFAULT_QPS: f32 = 20.0;
 /// KCM's `--kube-api-burst` default.
 pub const DEFAULT_BURST: u32 = 30;
 /// Per-controller client settings.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct ClientOptions {
     /// Sustained requests per second (`--kube-api-qps`); finite and > 0.
     pub qps: f32,
@@ -80,25 +80,29 @@ pub struct ClientOptions {
     pub request_timeout: std::time::Duration,
     /// Writes stop when this fence passes (leader election moves it).
     pub fence: Fence,
+    /// Where the `rest_client_*` series and the connection count go.
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl ClientOptions {
-    /// KCM's default QPS and burst for the named controller client.
-    pub fn for_component(component: impl Into<String>) -> Self {
+    /// KCM's default QPS and burst for the named controller client,
+    /// counting into `metrics`.
+    pub fn for_component(component: impl Into<String>, metrics: &crate::metrics::Metrics) -> Self {
         ClientOptions {
             qps: DEFAULT_QPS,
             burst: DEFAULT_BURST,
             user_agent_component: component.into(),
             request_timeout: REQUEST_TIMEOUT,
             fence: Fence::open(),
+            metrics: metrics.clone(),
         }
     }
 }
 
 impl Default for ClientOptions {
-    /// KCM defaults and no component suffix.
+    /// KCM defaults, no component suffix, metrics nobody serves.
     fn default() -> Self {
-        ClientOptions::for_component("")
+        ClientOptions::for_component("", &crate::metrics::Metrics::detached())
     }
 }
 
@@ -164,7 +168,7 @@ fn build(
             .with_layer(&BufferLayer::<Request<Body>>::new(PROXY_BUFFER));
         return Ok(with_stack(builder, &stack, token));
     }
-    let service = transport::service(&config, &host, transport::http2_from_env())?;
+    let service = transport::service(&config, &host, transport::http2_from_env(), &opts.metrics)?;
     let builder = ClientBuilder::new(service, config.default_namespace);
     Ok(with_stack(builder, &stack, token))
 }
@@ -234,7 +238,7 @@ pub fn host_label(url: &Uri) -> String {
 #[derive(Clone, Debug)]
 pub struct ClientStack {
     bucket: Arc<TokenBucket>,
-    host: Arc<str>,
+    m: HostMetrics,
     user_agent: HeaderValue,
     deadline: DeadlineLayer,
 }
@@ -252,7 +256,10 @@ impl ClientStack {
             .map_err(|_| ClientError::InvalidUserAgent(opts.user_agent_component.clone()))?;
         Ok(ClientStack {
             bucket: Arc::new(TokenBucket::new(opts.qps, opts.burst)),
-            host: host.into(),
+            m: HostMetrics {
+                families: Arc::clone(&opts.metrics.client),
+                host: host.into(),
+            },
             user_agent,
             deadline: DeadlineLayer::new(opts.request_timeout, opts.fence.clone()),
         })
@@ -278,16 +285,16 @@ where
     fn layer(&self, inner: S) -> Self::Service {
         ServiceBuilder::new()
             .layer(InstrumentLayer::new(
-                self.host.clone(),
+                self.m.clone(),
                 self.user_agent.clone(),
             ))
-            .layer(RetryLayer::new(RetryPolicy::new(self.host.clone())))
+            .layer(RetryLayer::new(RetryPolicy::new(self.m.clone())))
             .layer(ClientRateLimitLayer::new(
                 self.bucket.clone(),
-                self.host.clone(),
+                self.m.clone(),
             ))
             .layer(self.deadline.clone())
-            .layer(AttemptMetricsLayer::new(self.host.clone()))
+            .layer(AttemptMetricsLayer::new(self.m.clone()))
             .service(inner)
     }
 }

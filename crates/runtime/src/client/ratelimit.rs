@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tower::{BoxError, Layer, Service, ServiceExt as _};
 
-use super::metrics::{is_watch, rest_client_metrics};
+use super::metrics::{HostMetrics, is_watch};
 use crate::workqueue::ready::Ready;
 
 /// A token bucket holding at most `burst` tokens, refilled at `qps` tokens a
@@ -178,13 +178,13 @@ pub fn flow_of(uri: &http::Uri) -> &str {
 #[derive(Clone, Debug)]
 pub struct ClientRateLimitLayer {
     bucket: Arc<TokenBucket>,
-    host: Arc<str>,
+    m: HostMetrics,
 }
 
 impl ClientRateLimitLayer {
-    /// Throttles through `bucket`; `host` is the metrics label.
-    pub fn new(bucket: Arc<TokenBucket>, host: Arc<str>) -> Self {
-        ClientRateLimitLayer { bucket, host }
+    /// Throttles through `bucket`, timing the waits into `m`.
+    pub fn new(bucket: Arc<TokenBucket>, m: HostMetrics) -> Self {
+        ClientRateLimitLayer { bucket, m }
     }
 }
 
@@ -195,7 +195,7 @@ impl<S> Layer<S> for ClientRateLimitLayer {
         ClientRateLimit {
             inner,
             bucket: self.bucket.clone(),
-            host: self.host.clone(),
+            m: self.m.clone(),
         }
     }
 }
@@ -207,7 +207,7 @@ impl<S> Layer<S> for ClientRateLimitLayer {
 pub struct ClientRateLimit<S> {
     inner: S,
     bucket: Arc<TokenBucket>,
-    host: Arc<str>,
+    m: HostMetrics,
 }
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for ClientRateLimit<S>
@@ -231,13 +231,13 @@ where
     fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let inner = self.inner.clone();
         let bucket = self.bucket.clone();
-        let host = self.host.clone();
+        let m = self.m.clone();
         Box::pin(async move {
             if !is_watch(req.uri()) {
                 let waited = bucket.acquire(flow_of(req.uri())).await;
-                rest_client_metrics()
+                m.families
                     .rate_limiter_duration
-                    .with_label_values(&[req.method().as_str(), &host])
+                    .with_label_values(&[req.method().as_str(), &m.host])
                     .observe(waited.as_secs_f64());
                 if waited > LONG_THROTTLE_LATENCY {
                     tracing::debug!(

@@ -2,7 +2,6 @@
 //! `RetryPolicy::server_retry()` (15 retries, up to 1000 s apart, any verb,
 //! also on 504).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode, header::RETRY_AFTER};
@@ -10,7 +9,7 @@ use kube::client::Body;
 use tower::BoxError;
 use tower::retry::Policy;
 
-use super::metrics::{code_label, rest_client_metrics};
+use super::metrics::{HostMetrics, code_label};
 
 /// At most this many retries after the first attempt.
 pub const MAX_RETRIES: u32 = 3;
@@ -38,13 +37,13 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(10);
 #[derive(Clone, Debug)]
 pub struct RetryPolicy {
     attempts: u32,
-    host: Arc<str>,
+    m: HostMetrics,
 }
 
 impl RetryPolicy {
-    /// A fresh policy; `host` labels `rest_client_request_retries_total`.
-    pub fn new(host: Arc<str>) -> Self {
-        RetryPolicy { attempts: 0, host }
+    /// A fresh policy counting into `m`'s `rest_client_request_retries_total`.
+    pub fn new(m: HostMetrics) -> Self {
+        RetryPolicy { attempts: 0, m }
     }
 }
 
@@ -160,12 +159,13 @@ impl<ResBody> Policy<Request<Body>, Response<ResBody>, BoxError> for RetryPolicy
         };
         let delay = retry_delay(req.method(), outcome, self.attempts)?;
         self.attempts += 1;
-        rest_client_metrics()
+        self.m
+            .families
             .retries_total
             .with_label_values(&[
                 code_label(result).as_str(),
                 req.method().as_str(),
-                &self.host,
+                &self.m.host,
             ])
             .inc();
         tracing::debug!(
@@ -302,7 +302,10 @@ mod tests {
 
     #[test]
     fn post_requests_are_not_even_cloned() {
-        let mut p = RetryPolicy::new("h".into());
+        let mut p = RetryPolicy::new(HostMetrics {
+            families: crate::metrics::Metrics::detached().client,
+            host: "h".into(),
+        });
         let post = Request::post("/api/v1/namespaces/d/pods")
             .body(Body::from(b"{}".to_vec()))
             .expect("request");

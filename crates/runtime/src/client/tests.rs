@@ -58,15 +58,17 @@ fn pod() -> Pod {
     serde_json::from_str(POD_JSON).expect("pod json")
 }
 
-fn requests(code: &str, method: &str, host: &str) -> u64 {
-    rest_client_metrics()
+fn requests(o: &ClientOptions, code: &str, method: &str, host: &str) -> u64 {
+    o.metrics
+        .client
         .requests_total
         .with_label_values(&[code, method, host])
         .get()
 }
 
-fn durations(verb: &str, host: &str) -> u64 {
-    rest_client_metrics()
+fn durations(o: &ClientOptions, verb: &str, host: &str) -> u64 {
+    o.metrics
+        .client
         .request_duration
         .with_label_values(&[verb, host])
         .get_sample_count()
@@ -74,9 +76,10 @@ fn durations(verb: &str, host: &str) -> u64 {
 
 #[tokio::test(start_paused = true)]
 async fn burst_plus_one_request_waits_one_over_qps() {
+    let o = opts(10.0, 3);
     let host = "limiter.test:6443";
     let mock = Mock::new(&[code(200)]);
-    let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(10.0, 3), host));
+    let pods: Api<Pod> = Api::default_namespaced(mock.client(&o, host));
     for _ in 0..5 {
         pods.get("p").await.expect("get");
     }
@@ -95,7 +98,9 @@ async fn burst_plus_one_request_waits_one_over_qps() {
         offsets[4] >= Duration::from_millis(200) && offsets[4] <= Duration::from_millis(203),
         "{offsets:?}"
     );
-    let waited = rest_client_metrics()
+    let waited = o
+        .metrics
+        .client
         .rate_limiter_duration
         .with_label_values(&["GET", host]);
     assert_eq!(waited.get_sample_count(), 5);
@@ -119,14 +124,15 @@ async fn each_client_has_its_own_bucket() {
 
 #[tokio::test(start_paused = true)]
 async fn watches_are_neither_throttled_nor_timed() {
+    let o = opts(1.0, 1);
     let host = "watch.test";
     let mock = Mock::new(&[code(200)]);
-    let client = mock.client(&opts(1.0, 1), host);
+    let client = mock.client(&o, host);
     Api::<Pod>::default_namespaced(client.clone())
         .get("p")
         .await
         .expect("get");
-    let before = durations("GET", host);
+    let before = durations(&o, "GET", host);
     let start = Instant::now();
     let req = Request::get("/api/v1/namespaces/default/pods?watch=true&resourceVersion=1")
         .body(Body::empty())
@@ -134,9 +140,9 @@ async fn watches_are_neither_throttled_nor_timed() {
     let res = client.send(req).await.expect("watch");
     drop(res);
     assert_eq!(start.elapsed(), Duration::ZERO, "watch was throttled");
-    assert_eq!(durations("GET", host), before, "watch was timed");
+    assert_eq!(durations(&o, "GET", host), before, "watch was timed");
     assert_eq!(
-        requests("200", "GET", host),
+        requests(&o, "200", "GET", host),
         2,
         "watch attempts are still counted"
     );
@@ -144,9 +150,10 @@ async fn watches_are_neither_throttled_nor_timed() {
 
 #[tokio::test(start_paused = true)]
 async fn get_is_retried_at_most_three_times_on_503() {
+    let o = opts(100.0, 100);
     let host = "retry-get.test";
     let mock = Mock::new(&[code(503)]);
-    let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(100.0, 100), host));
+    let pods: Api<Pod> = Api::default_namespaced(mock.client(&o, host));
     let start = Instant::now();
     let err = pods.get("p").await.expect_err("503 surfaces");
     assert!(
@@ -160,14 +167,16 @@ async fn get_is_retried_at_most_three_times_on_503() {
         "{:?}",
         start.elapsed()
     );
-    assert_eq!(requests("503", "GET", host), 4);
-    let retries = rest_client_metrics()
+    assert_eq!(requests(&o, "503", "GET", host), 4);
+    let retries = o
+        .metrics
+        .client
         .retries_total
         .with_label_values(&["503", "GET", host])
         .get();
     assert_eq!(retries, 3);
     assert_eq!(
-        durations("GET", host),
+        durations(&o, "GET", host),
         1,
         "one duration per request, not per attempt"
     );
@@ -175,13 +184,14 @@ async fn get_is_retried_at_most_three_times_on_503() {
 
 #[tokio::test(start_paused = true)]
 async fn retry_succeeds_and_honours_retry_after() {
+    let o = opts(100.0, 100);
     let host = "retry-after.test";
     let mock = Mock::new(&[
         code(429).retry_after("2"),
         code(503).retry_after("600"),
         code(200),
     ]);
-    let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(100.0, 100), host));
+    let pods: Api<Pod> = Api::default_namespaced(mock.client(&o, host));
     pods.get("p").await.expect("third attempt succeeds");
     let seen = mock.seen();
     assert_eq!(seen.len(), 3);
@@ -189,40 +199,42 @@ async fn retry_succeeds_and_honours_retry_after() {
     // 600 s asked, capped at 10 s.
     assert!(seen[2].at - seen[1].at >= MAX_RETRY_AFTER);
     assert!(seen[2].at - seen[1].at < MAX_RETRY_AFTER + Duration::from_millis(50));
-    assert_eq!(requests("429", "GET", host), 1);
-    assert_eq!(requests("503", "GET", host), 1);
-    assert_eq!(requests("200", "GET", host), 1);
+    assert_eq!(requests(&o, "429", "GET", host), 1);
+    assert_eq!(requests(&o, "503", "GET", host), 1);
+    assert_eq!(requests(&o, "200", "GET", host), 1);
 }
 
 #[tokio::test(start_paused = true)]
 async fn post_is_never_retried() {
+    let o = opts(100.0, 100);
     let host = "retry-post.test";
     for reply in [code(503), code(429).retry_after("1"), Reply::Reset] {
         let mock = Mock::new(std::slice::from_ref(&reply));
-        let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(100.0, 100), host));
+        let pods: Api<Pod> = Api::default_namespaced(mock.client(&o, host));
         pods.create(&PostParams::default(), &pod())
             .await
             .expect_err("failure surfaces");
         assert_eq!(mock.seen().len(), 1, "{reply:?}");
         assert_eq!(mock.seen()[0].method, http::Method::POST);
     }
-    assert_eq!(requests("503", "POST", host), 1);
-    assert_eq!(requests("429", "POST", host), 1);
-    assert_eq!(requests("<error>", "POST", host), 1);
+    assert_eq!(requests(&o, "503", "POST", host), 1);
+    assert_eq!(requests(&o, "429", "POST", host), 1);
+    assert_eq!(requests(&o, "<error>", "POST", host), 1);
 }
 
 #[tokio::test(start_paused = true)]
 async fn get_is_retried_after_connection_reset_but_put_is_not() {
+    let o = opts(100.0, 100);
     let host = "retry-conn.test";
     let mock = Mock::new(&[Reply::Reset, code(200)]);
-    let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(100.0, 100), host));
+    let pods: Api<Pod> = Api::default_namespaced(mock.client(&o, host));
     pods.get("p").await.expect("retried");
     assert_eq!(mock.seen().len(), 2);
-    assert_eq!(requests("<error>", "GET", host), 1);
-    assert_eq!(requests("200", "GET", host), 1);
+    assert_eq!(requests(&o, "<error>", "GET", host), 1);
+    assert_eq!(requests(&o, "200", "GET", host), 1);
 
     let mock = Mock::new(&[Reply::Reset, code(200)]);
-    let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(100.0, 100), host));
+    let pods: Api<Pod> = Api::default_namespaced(mock.client(&o, host));
     pods.replace("p", &PostParams::default(), &pod())
         .await
         .expect_err("PUT not retried on a connection error");
@@ -231,26 +243,27 @@ async fn get_is_retried_after_connection_reset_but_put_is_not() {
 
 #[tokio::test(start_paused = true)]
 async fn metrics_and_user_agent_per_request() {
+    let o = opts(100.0, 100);
     let host = "labels.test:443";
     let mock = Mock::new(&[code(200)]);
-    let pods: Api<Pod> = Api::default_namespaced(mock.client(&opts(100.0, 100), host));
+    let pods: Api<Pod> = Api::default_namespaced(mock.client(&o, host));
     pods.get("p").await.expect("get");
     pods.create(&PostParams::default(), &pod())
         .await
         .expect("post");
     pods.delete("p", &Default::default()).await.expect("delete");
-    assert_eq!(requests("200", "GET", host), 1);
-    assert_eq!(requests("200", "POST", host), 1);
-    assert_eq!(requests("200", "DELETE", host), 1);
-    assert_eq!(durations("GET", host), 1);
-    assert_eq!(durations("POST", host), 1);
-    assert_eq!(durations("DELETE", host), 1);
+    assert_eq!(requests(&o, "200", "GET", host), 1);
+    assert_eq!(requests(&o, "200", "POST", host), 1);
+    assert_eq!(requests(&o, "200", "DELETE", host), 1);
+    assert_eq!(durations(&o, "GET", host), 1);
+    assert_eq!(durations(&o, "POST", host), 1);
+    assert_eq!(durations(&o, "DELETE", host), 1);
     let ua = user_agent("job-controller");
     for s in mock.seen() {
         assert_eq!(s.user_agent.as_deref(), Some(ua.as_str()), "{}", s.path);
     }
-    // The families are in the shared registry under their upstream names.
-    let text = crate::metrics::render();
+    // The families are in the registry under their upstream names.
+    let text = o.metrics.render();
     for name in [
         "rest_client_requests_total",
         "rest_client_request_duration_seconds_bucket",
@@ -306,27 +319,33 @@ fn options_are_validated() {
         ClientStack::new(&o, "h"),
         Err(ClientError::InvalidBurst)
     ));
-    let o = ClientOptions::for_component("bad\ncomponent");
+    let o = ClientOptions::for_component("bad\ncomponent", &Default::default());
     assert!(matches!(
         ClientStack::new(&o, "h"),
         Err(ClientError::InvalidUserAgent(_))
     ));
-    let o = ClientOptions::for_component("job-controller");
+    let o = ClientOptions::for_component("job-controller", &Default::default());
     assert_eq!((o.qps, o.burst), (DEFAULT_QPS, DEFAULT_BURST));
 }
 
 #[test]
 fn build_client_needs_a_runtime() {
     let config = kube::Config::new("https://127.0.0.1:6443".parse().expect("uri"));
-    let res = build_client(config, &ClientOptions::for_component("x"));
+    let res = build_client(
+        config,
+        &ClientOptions::for_component("x", &Default::default()),
+    );
     assert!(matches!(res, Err(ClientError::NoRuntime)));
 }
 
 #[tokio::test]
 async fn build_client_from_config() {
     let config = kube::Config::new("http://127.0.0.1:1".parse().expect("uri"));
-    let client =
-        build_client(config, &ClientOptions::for_component("job-controller")).expect("client");
+    let client = build_client(
+        config,
+        &ClientOptions::for_component("job-controller", &Default::default()),
+    )
+    .expect("client");
     assert_eq!(client.default_namespace(), "default");
 }
 

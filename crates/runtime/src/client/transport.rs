@@ -104,14 +104,17 @@ impl Service<Request<Body>> for Transport {
 
 /// The service every client of `config` sends through: kube's default
 /// layers over the process's shared pool for `config`'s server and TLS
-/// identity. `http2: false` offers HTTP/1.1 only (a fresh pool: the
+/// identity, its connections counted in `metrics` (the first client's for
+/// a transport that clients of several registries share, as tests' do).
+/// `http2: false` offers HTTP/1.1 only (a fresh pool: the
 /// benchmark's "before", `KCM_RS_HTTP2=false`).
 pub fn service(
     config: &kube::Config,
     host: &str,
     http2: bool,
+    metrics: &crate::metrics::Metrics,
 ) -> Result<BoxCloneService<Request<Body>, Response<TransportBody>, BoxError>, kube::Error> {
-    let pool = shared_transport(config, host, http2)?;
+    let pool = shared_transport(config, host, http2, metrics)?;
     let svc = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
@@ -132,6 +135,7 @@ fn shared_transport(
     config: &kube::Config,
     host: &str,
     http2: bool,
+    metrics: &crate::metrics::Metrics,
 ) -> Result<Transport, kube::Error> {
     static POOLS: OnceLock<Mutex<HashMap<(tokio::runtime::Id, u64), Transport>>> = OnceLock::new();
     let key = (
@@ -145,9 +149,9 @@ fn shared_transport(
     let h1 = HyperClient::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
-        .build(connector(config, host, false)?);
+        .build(connector(config, host, false, &metrics.connections)?);
     let h2 = http2
-        .then(|| connector(config, host, true))
+        .then(|| connector(config, host, true, &metrics.connections))
         .transpose()?
         .map(|c| {
             Arc::new(H2Conn::new(
@@ -197,7 +201,12 @@ fn tls_key(config: &kube::Config, http2: bool) -> u64 {
 
 /// A connector offering `h2` and `http/1.1` by ALPN (`http2`), or
 /// `http/1.1` only; plain TCP for `http://`.
-fn connector(config: &kube::Config, host: &str, http2: bool) -> Result<Https, kube::Error> {
+fn connector(
+    config: &kube::Config,
+    host: &str,
+    http2: bool,
+    gauge: &IntGaugeVec,
+) -> Result<Https, kube::Error> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
@@ -223,23 +232,22 @@ fn connector(config: &kube::Config, host: &str, http2: bool) -> Result<Https, ku
     Ok(Counting {
         inner: https,
         host: host.into(),
+        gauge: gauge.clone(),
     })
 }
 
-/// `rest_client_connections{host,protocol}`, registered on first use.
-pub fn connections_gauge() -> &'static IntGaugeVec {
-    static GAUGE: OnceLock<IntGaugeVec> = OnceLock::new();
-    GAUGE.get_or_init(|| {
-        let g = IntGaugeVec::new(
-            Opts::new(
-                "rest_client_connections",
-                "Open connections to the API server, by host and negotiated protocol.",
-            ),
-            &["host", "protocol"],
-        )
-        .expect("static metric definition is valid");
-        crate::metrics::register(g)
-    })
+/// `rest_client_connections{host,protocol}` on `registry`
+/// ([`crate::metrics::Metrics`]).
+pub(crate) fn connections_gauge(registry: &prometheus::Registry) -> IntGaugeVec {
+    let g = IntGaugeVec::new(
+        Opts::new(
+            "rest_client_connections",
+            "Open connections to the API server, by host and negotiated protocol.",
+        ),
+        &["host", "protocol"],
+    )
+    .expect("static metric definition is valid");
+    crate::metrics::register(registry, g)
 }
 
 /// A connector counting the connections it made while they are open.
@@ -247,6 +255,7 @@ pub fn connections_gauge() -> &'static IntGaugeVec {
 struct Counting<C> {
     inner: C,
     host: Arc<str>,
+    gauge: IntGaugeVec,
 }
 
 impl<C> Service<http::Uri> for Counting<C>
@@ -266,6 +275,7 @@ where
     fn call(&mut self, uri: http::Uri) -> Self::Future {
         let connecting = self.inner.call(uri);
         let host = Arc::clone(&self.host);
+        let gauge = self.gauge.clone();
         Box::pin(async move {
             let io = connecting.await?;
             let protocol = if io.connected().is_negotiated_h2() {
@@ -274,7 +284,7 @@ where
                 "HTTP/1.1"
             };
             tracing::info!(%host, protocol, "connected to the API server");
-            let gauge = connections_gauge().with_label_values(&[&host, protocol]);
+            let gauge = gauge.with_label_values(&[&host, protocol]);
             gauge.inc();
             Ok(Counted {
                 io,

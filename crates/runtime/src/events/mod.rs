@@ -34,8 +34,8 @@ mod correlate;
 pub mod spam;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::client::LeanApi;
@@ -43,7 +43,9 @@ use crate::clock::Clock;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Event, ObjectReference};
 use kube::api::{Patch, PatchParams, PostParams};
-use prometheus::{IntCounterVec, Opts};
+use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+
+use crate::metrics::Metrics;
 use tokio::sync::{mpsc, oneshot};
 
 pub use self::aggregate::{AGGREGATE_MAX_EVENTS, AGGREGATE_WINDOW, COMBINED_PREFIX};
@@ -84,6 +86,8 @@ pub struct Recorder {
     tx: mpsc::Sender<Msg>,
     component: &'static str,
     dropped: Arc<AtomicU64>,
+    /// `kcm_event_recorder_dropped_events_total{component}`.
+    dropped_metric: IntCounter,
     /// When an event happened (and so how it aggregates and is rate
     /// limited): the runtime's one clock.
     clock: Clock,
@@ -103,8 +107,15 @@ impl Recorder {
     /// `reportingInstance` and a queue of [`QUEUE_CAPACITY`] events.
     ///
     /// Spawns the writer task, so it must be called inside a Tokio runtime.
-    pub fn new(client: kube::Client, component: &'static str) -> Recorder {
-        Recorder::with_options(client, component, &hostname(component), QUEUE_CAPACITY)
+    /// Its drops count in `metrics`.
+    pub fn new(client: kube::Client, component: &'static str, metrics: &Metrics) -> Recorder {
+        Recorder::with_options(
+            client,
+            component,
+            &hostname(component),
+            QUEUE_CAPACITY,
+            metrics,
+        )
     }
 
     /// Like [`Recorder::new`], and every event it creates carries
@@ -113,6 +124,7 @@ impl Recorder {
         client: kube::Client,
         component: &'static str,
         annotations: BTreeMap<String, String>,
+        metrics: &Metrics,
     ) -> Recorder {
         Recorder::spawn(
             client,
@@ -120,6 +132,7 @@ impl Recorder {
             &hostname(component),
             QUEUE_CAPACITY,
             annotations,
+            metrics,
         )
     }
 
@@ -130,8 +143,16 @@ impl Recorder {
         component: &'static str,
         instance: &str,
         capacity: usize,
+        metrics: &Metrics,
     ) -> Recorder {
-        Recorder::spawn(client, component, instance, capacity, BTreeMap::new())
+        Recorder::spawn(
+            client,
+            component,
+            instance,
+            capacity,
+            BTreeMap::new(),
+            metrics,
+        )
     }
 
     fn spawn(
@@ -140,8 +161,10 @@ impl Recorder {
         instance: &str,
         capacity: usize,
         annotations: BTreeMap<String, String>,
+        metrics: &Metrics,
     ) -> Recorder {
         let (tx, rx) = mpsc::channel(capacity.max(1));
+        let m = &metrics.events;
         let writer = Writer {
             client,
             component,
@@ -150,12 +173,14 @@ impl Recorder {
             correlator: EventCorrelator::default(),
             last_suffix: 0,
             filtered: 0,
+            spam_filtered: m.spam_filtered.with_label_values(&[component]),
         };
         tokio::spawn(writer.run(rx));
         Recorder {
             tx,
             component,
             dropped: Arc::default(),
+            dropped_metric: m.dropped.with_label_values(&[component]),
             clock: Clock::system(),
         }
     }
@@ -192,7 +217,7 @@ impl Recorder {
         match self.tx.try_send(Msg::Event(Box::new(pending))) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
-                dropped_events().with_label_values(&[self.component]).inc();
+                self.dropped_metric.inc();
                 let n = self.dropped.fetch_add(1, Ordering::Relaxed);
                 // Overload produces floods of drops: log the first and then
                 // every thousandth.
@@ -241,18 +266,17 @@ impl Recorder {
 /// dropped because the recorder's queue was full, and
 /// `kcm_event_recorder_spam_filtered_events_total`, events dropped by the
 /// per-object spam filter.
-struct RecorderMetrics {
+pub(crate) struct RecorderMetrics {
     dropped: IntCounterVec,
-    spam_filtered: IntCounterVec,
+    pub(crate) spam_filtered: IntCounterVec,
 }
 
-fn recorder_metrics() -> &'static RecorderMetrics {
-    static METRICS: OnceLock<RecorderMetrics> = OnceLock::new();
-    METRICS.get_or_init(|| {
+impl RecorderMetrics {
+    pub(crate) fn new(r: &Registry) -> Self {
         let counter = |name: &str, help: &str| {
             let c = IntCounterVec::new(Opts::new(name, help), &["component"])
                 .expect("static metric definition is valid");
-            crate::metrics::register(c)
+            crate::metrics::register(r, c)
         };
         RecorderMetrics {
             dropped: counter(
@@ -264,15 +288,7 @@ fn recorder_metrics() -> &'static RecorderMetrics {
                 "Events dropped because their object exceeded the event rate limit.",
             ),
         }
-    })
-}
-
-fn dropped_events() -> &'static IntCounterVec {
-    &recorder_metrics().dropped
-}
-
-fn spam_filtered_events() -> &'static IntCounterVec {
-    &recorder_metrics().spam_filtered
+    }
 }
 
 /// The `reportingInstance`: the host (pod) name, or the component name when
@@ -297,6 +313,8 @@ struct Writer {
     last_suffix: u64,
     /// Spam-filtered events so far, to rate-limit the log line.
     filtered: u64,
+    /// `kcm_event_recorder_spam_filtered_events_total{component}`.
+    spam_filtered: IntCounter,
 }
 
 impl Writer {
@@ -340,9 +358,7 @@ impl Writer {
                     decision,
                 }) => (key, message, decision),
                 None => {
-                    spam_filtered_events()
-                        .with_label_values(&[self.component])
-                        .inc();
+                    self.spam_filtered.inc();
                     // Throttling is expected under event storms: log the
                     // first drop and then every hundredth.
                     if self.filtered.is_multiple_of(100) {

@@ -5,6 +5,7 @@ use http::Method;
 use kcm_mock_api::{MockApi, Reply};
 
 use super::*;
+use crate::metrics::Metrics;
 
 /// Answers POST with 201 and PATCH with `patch_status`, echoing the body
 /// (a PATCH's `count` comes back on an Event).
@@ -38,7 +39,7 @@ fn job_ref() -> ObjectReference {
 #[tokio::test]
 async fn creates_then_patches_identical_events() {
     let (client, seen) = mock_client(200);
-    let rec = Recorder::with_options(client, "job-controller", "node-a", 10);
+    let rec = Recorder::with_options(client, "job-controller", "node-a", 10, &Metrics::detached());
     rec.event(
         &job_ref(),
         EventType::Normal,
@@ -105,7 +106,13 @@ async fn creates_then_patches_identical_events() {
 #[tokio::test]
 async fn patch_of_expired_event_recreates_it_with_the_count() {
     let (client, seen) = mock_client(404);
-    let rec = Recorder::with_options(client, "disruption-controller", "i", 10);
+    let rec = Recorder::with_options(
+        client,
+        "disruption-controller",
+        "i",
+        10,
+        &Metrics::detached(),
+    );
     let node = ObjectReference {
         kind: Some("Node".into()),
         name: Some("n1".into()),
@@ -132,7 +139,7 @@ async fn patch_of_expired_event_recreates_it_with_the_count() {
 async fn annotated_recorder_marks_created_events_and_leaves_the_rest_as_upstream() {
     let (client, seen) = mock_client(404);
     let marks = BTreeMap::from([("kcm-rs.dev/mode".to_string(), "beside-kcm".to_string())]);
-    let rec = Recorder::annotated(client, "job-controller", marks);
+    let rec = Recorder::annotated(client, "job-controller", marks, &Metrics::detached());
     rec.event(&job_ref(), EventType::Normal, "Completed", "Job completed");
     // The count patch finds the event gone: it is created again, marked.
     rec.event(&job_ref(), EventType::Normal, "Completed", "Job completed");
@@ -152,7 +159,7 @@ async fn annotated_recorder_marks_created_events_and_leaves_the_rest_as_upstream
     assert!(seen[1].body.get("metadata").is_none(), "count patch only");
 
     let (client, seen) = mock_client(200);
-    let plain = Recorder::with_options(client, "job-controller", "i", 10);
+    let plain = Recorder::with_options(client, "job-controller", "i", 10, &Metrics::detached());
     plain.event(&job_ref(), EventType::Normal, "Completed", "Job completed");
     plain.flush().await;
     assert!(seen.seen()[0].body["metadata"].get("annotations").is_none());
@@ -161,21 +168,23 @@ async fn annotated_recorder_marks_created_events_and_leaves_the_rest_as_upstream
 #[tokio::test]
 async fn full_queue_drops_instead_of_blocking() {
     let component = "drop-test-controller";
-    let before = dropped_events().with_label_values(&[component]).get();
+    let metrics = Metrics::detached();
     let (client, seen) = mock_client(200);
-    let rec = Recorder::with_options(client, component, "i", 1);
+    let rec = Recorder::with_options(client, component, "i", 1, &metrics);
     // The current-thread runtime does not run the writer until we yield, so
     // the first event fills the queue and the next two are dropped.
     rec.event(&job_ref(), EventType::Normal, "A", "1");
     rec.event(&job_ref(), EventType::Normal, "B", "2");
     rec.event(&job_ref(), EventType::Normal, "C", "3");
-    assert_eq!(
-        dropped_events().with_label_values(&[component]).get() - before,
-        2
-    );
     rec.flush().await;
     assert_eq!(seen.seen().len(), 1);
-    assert!(crate::metrics::render().contains("kcm_event_recorder_dropped_events_total"));
+    let text = metrics.render();
+    assert!(
+        text.contains(
+            "kcm_event_recorder_dropped_events_total{component=\"drop-test-controller\"} 2"
+        ),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -189,6 +198,10 @@ async fn suffixes_are_unique_within_a_nanosecond() {
         correlator: EventCorrelator::default(),
         last_suffix: 0,
         filtered: 0,
+        spam_filtered: Metrics::detached()
+            .events
+            .spam_filtered
+            .with_label_values(&["c"]),
     };
     let at = Timestamp::from_second(1_700_000_000).expect("ts");
     let a = w.next_suffix(at);
@@ -200,7 +213,7 @@ async fn suffixes_are_unique_within_a_nanosecond() {
 #[tokio::test]
 async fn similar_events_are_combined_into_one_patched_event() {
     let (client, seen) = mock_client(200);
-    let rec = Recorder::with_options(client, "job-controller", "i", 100);
+    let rec = Recorder::with_options(client, "job-controller", "i", 100, &Metrics::detached());
     for i in 1..=12 {
         rec.event(
             &job_ref(),
@@ -240,10 +253,9 @@ async fn similar_events_are_combined_into_one_patched_event() {
 #[tokio::test]
 async fn spam_filter_drops_and_counts_events_beyond_the_burst() {
     let component = "spam-test-controller";
-    let metric = || spam_filtered_events().with_label_values(&[component]).get();
-    let before = metric();
+    let metrics = Metrics::detached();
     let (client, seen) = mock_client(200);
-    let rec = Recorder::with_options(client, component, "i", 100);
+    let rec = Recorder::with_options(client, component, "i", 100, &metrics);
     // Distinct reasons, so neither folding nor aggregation applies.
     for i in 1..=27 {
         rec.event(&job_ref(), EventType::Normal, &format!("R{i}"), "m");
@@ -257,8 +269,13 @@ async fn spam_filter_drops_and_counts_events_beyond_the_burst() {
     assert!(seen.iter().all(|s| s.method == Method::POST));
     assert_eq!(seen[24].body["reason"], "R25");
     assert_eq!(seen[25].body["involvedObject"]["name"], "other");
-    assert_eq!(metric() - before, 2);
-    assert!(crate::metrics::render().contains("kcm_event_recorder_spam_filtered_events_total"));
+    let text = metrics.render();
+    assert!(
+        text.contains(
+            "kcm_event_recorder_spam_filtered_events_total{component=\"spam-test-controller\"} 2"
+        ),
+        "{text}"
+    );
 }
 
 #[test]

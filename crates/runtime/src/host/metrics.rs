@@ -1,20 +1,19 @@
 //! `kcm_rs_controller_sync_panics_total{controller}` and
 //! `kcm_rs_controller_sync_timeouts_total{controller}`.
 
-use std::sync::OnceLock;
+use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 
-use prometheus::{IntCounter, IntCounterVec, Opts};
-
-struct Families {
+/// The families on one registry ([`crate::metrics::Metrics`]).
+pub(crate) struct Families {
     panics: IntCounterVec,
     timeouts: IntCounterVec,
 }
 
-fn families() -> &'static Families {
-    static F: OnceLock<Families> = OnceLock::new();
-    F.get_or_init(|| {
+impl Families {
+    pub(crate) fn new(r: &Registry) -> Self {
         let counter = |name: &str, help: &str| {
             crate::metrics::register(
+                r,
                 IntCounterVec::new(Opts::new(name, help), &["controller"])
                     .expect("constant metric definition is valid"),
             )
@@ -30,7 +29,7 @@ fn families() -> &'static Families {
                  key was retried with back-off.",
             ),
         }
-    })
+    }
 }
 
 /// One controller's series, created at zero so alerts see them at once.
@@ -41,8 +40,7 @@ pub(super) struct SyncMetrics {
 }
 
 impl SyncMetrics {
-    pub fn new(controller: &str) -> Self {
-        let f = families();
+    pub fn new(f: &Families, controller: &str) -> Self {
         SyncMetrics {
             panics: f.panics.with_label_values(&[controller]),
             timeouts: f.timeouts.with_label_values(&[controller]),

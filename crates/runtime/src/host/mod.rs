@@ -95,7 +95,10 @@ pub use health::{Activity, Health, Progress, RunningSync};
 pub use sharded::Sharded;
 pub use worker::{Guarded, Workers};
 
+pub(crate) use metrics::Families;
 use metrics::SyncMetrics;
+
+use crate::metrics::Metrics;
 
 /// Default [`HostSettings::sync_timeout`].
 pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(5 * 60);
@@ -184,13 +187,19 @@ struct Inner {
 }
 
 impl Host {
+    /// A host on the system clock whose metrics nobody serves (tests).
     pub fn with_settings(controller: &'static str, settings: HostSettings) -> Self {
-        Host::with_clock(controller, settings, Clock::system())
+        Host::new(controller, settings, Clock::system(), &Metrics::detached())
     }
 
     /// A host reading time from `clock` (tests pass one that follows
-    /// paused tokio time).
-    pub fn with_clock(controller: &'static str, settings: HostSettings, clock: Clock) -> Self {
+    /// paused tokio time), counting its panics and timeouts in `metrics`.
+    pub fn new(
+        controller: &'static str,
+        settings: HostSettings,
+        clock: Clock,
+        metrics: &Metrics,
+    ) -> Self {
         let health = Health::healthy_on(controller, clock.clone());
         let informers: Arc<Mutex<Vec<Arc<dyn Tracked>>>> = Arc::default();
         let watched = Arc::clone(&informers);
@@ -216,7 +225,7 @@ impl Host {
                 settings,
                 clock,
                 health,
-                metrics: SyncMetrics::new(controller),
+                metrics: SyncMetrics::new(&metrics.host, controller),
                 informers,
             }),
         }

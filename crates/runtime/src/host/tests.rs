@@ -33,7 +33,11 @@ fn host(name: &'static str, sync_timeout: Duration, stall_timeout: Duration) -> 
 
 /// A queue retrying after 1 s, 2 s, 4 s, ... (no global bucket).
 fn queue(name: &str) -> WorkQueue<String> {
-    WorkQueue::new(name, RetryRateLimit::per_key(secs(1), secs(60)))
+    WorkQueue::new(
+        name,
+        RetryRateLimit::per_key(secs(1), secs(60)),
+        &crate::metrics::Metrics::detached(),
+    )
 }
 
 type Log = Arc<Mutex<Vec<(String, Duration)>>>;

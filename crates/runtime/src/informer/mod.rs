@@ -31,10 +31,13 @@ use tokio_util::sync::CancellationToken;
 
 pub use encoding::{INITIAL_EVENTS_END, MAX_FRAME, PROTOBUF, ProtoDecoder, content_type};
 pub use factory::{ContentType, InformerFactory};
+/// An object's key (`namespace/name`, or `name`): one spelling, in
+/// `kcm_pod::meta`; [`Informable::key`] is it for a cached object.
+pub use kcm_pod::meta::key_of;
 pub use reflector::ListWatch;
 pub use store::{
-    BY_CONTROLLER_UID, BY_NAMESPACE, BY_NODE_NAME, IndexFn, Store, controller_uid_index, key_of,
-    namespace_index, namespace_of, object_key, pod_controller_uid_index, pod_node_index,
+    BY_CONTROLLER_UID, BY_NAMESPACE, BY_NODE_NAME, IndexFn, Store, controller_uid_index,
+    namespace_index, namespace_of, pod_controller_uid_index, pod_node_index,
 };
 pub use wire::WirePod;
 
@@ -69,6 +72,10 @@ pub trait Informable: Clone + Debug + Send + Sync + 'static {
     fn name(&self) -> &str;
     /// `metadata.resourceVersion`, "" when unset.
     fn resource_version(&self) -> &str;
+    /// The key the store, the queues and the logs know it by ([`key_of`]).
+    fn key(&self) -> String {
+        key_of(self.namespace(), self.name())
+    }
     /// Decodes the kind's protobuf message, for kinds the informer may
     /// read in protobuf; `None`: JSON only.
     const DECODE_PROTO: Option<ProtoDecoder<Self>> = None;
@@ -295,7 +302,7 @@ impl<K: Informable> Informer<K> {
             }
             Event::Apply(obj) => self.upsert(obj),
             Event::Delete(obj) => {
-                let key = object_key(&obj);
+                let key = obj.key();
                 let guard = self.handlers.read();
                 let last = self.store.remove(&key).unwrap_or_else(|| Arc::new(obj));
                 for h in guard.iter() {
@@ -396,7 +403,7 @@ impl<K: Informable> Change<K> {
         }
     }
     pub fn key(&self) -> String {
-        object_key(self.object().as_ref())
+        self.object().key()
     }
     pub fn name(&self) -> String {
         self.object().name().to_string()

@@ -13,20 +13,6 @@ use super::{Change, Informable};
 /// Maps an object to the index values it is filed under.
 pub type IndexFn<K> = Arc<dyn Fn(&K) -> Vec<String> + Send + Sync>;
 
-/// The client-go cache key: `namespace/name`, or `name` when cluster-scoped.
-pub fn object_key<K: Informable>(obj: &K) -> String {
-    key_of(obj.namespace(), obj.name())
-}
-
-/// The cache key of `namespace` and `name`.
-pub fn key_of(namespace: &str, name: &str) -> String {
-    if namespace.is_empty() {
-        name.to_string()
-    } else {
-        format!("{namespace}/{name}")
-    }
-}
-
 struct Inner<K> {
     objects: HashMap<String, Arc<K>>,
     indexers: HashMap<&'static str, IndexFn<K>>,
@@ -123,7 +109,7 @@ impl<K: Informable> Store<K> {
 
     /// Inserts or replaces an object; returns the previous version.
     pub(crate) fn insert(&self, obj: Arc<K>) -> Option<Arc<K>> {
-        let key = object_key(obj.as_ref());
+        let key = obj.key();
         let mut inner = self.inner.write();
         let old = inner.objects.insert(key.clone(), Arc::clone(&obj));
         if let Some(old) = &old {
@@ -150,7 +136,7 @@ impl<K: Informable> Store<K> {
         let mut inner = self.inner.write();
         let mut seen = HashSet::with_capacity(objs.len());
         for obj in objs {
-            let key = object_key(&obj);
+            let key = obj.key();
             seen.insert(key.clone());
             let unchanged = inner.objects.get(&key).is_some_and(|old| {
                 !old.resource_version().is_empty()

@@ -35,16 +35,11 @@ fn recorder(inf: &Informer<CachedPod>) -> Arc<Mutex<Vec<String>>> {
     inf.add_handler(Arc::new(move |c: &Change<CachedPod>| {
         let rv = |p: &CachedPod| p.resource_version().to_string();
         s.lock().push(match c {
-            Change::Added(p) => format!("add {} {}", object_key(p.as_ref()), rv(p)),
+            Change::Added(p) => format!("add {} {}", p.key(), rv(p)),
             Change::Updated { old, new } => {
-                format!(
-                    "update {} {}->{}",
-                    object_key(new.as_ref()),
-                    rv(old),
-                    rv(new)
-                )
+                format!("update {} {}->{}", new.key(), rv(old), rv(new))
             }
-            Change::Deleted(p) => format!("delete {} {}", object_key(p.as_ref()), rv(p)),
+            Change::Deleted(p) => format!("delete {} {}", p.key(), rv(p)),
         });
     }));
     seen

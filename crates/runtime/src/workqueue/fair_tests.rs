@@ -17,6 +17,7 @@ fn fair(name: &str) -> WorkQueue<String> {
         name,
         RetryRateLimit::per_key(Duration::from_secs(1), Duration::from_secs(60)),
         namespace_lane::<String>,
+        &crate::metrics::Metrics::detached(),
     )
 }
 
@@ -221,7 +222,11 @@ async fn model_and_fairness_bound_with_an_in_flight_limit() {
 async fn fifo_queue_breaks_the_bound() {
     let mut broken = 0;
     for seed in 0..50 {
-        let q = WorkQueue::new("test_fifo_model", RetryRateLimit::controller_default());
+        let q = WorkQueue::new(
+            "test_fifo_model",
+            RetryRateLimit::controller_default(),
+            &crate::metrics::Metrics::detached(),
+        );
         let (before, floods) = run_seed(&q, seed).await;
         if before > floods {
             broken += 1;
@@ -289,6 +294,7 @@ async fn quiet_key_waits_one_sync_not_the_flood() {
     let fifo_wait = quiet_start(WorkQueue::new(
         "test_fifo_workers",
         RetryRateLimit::per_key(Duration::from_secs(1), Duration::from_secs(60)),
+        &crate::metrics::Metrics::detached(),
     ))
     .await;
     assert!(

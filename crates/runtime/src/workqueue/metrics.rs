@@ -2,12 +2,12 @@
 //! buckets component-base registers for client-go queues, so existing
 //! dashboards keep working.
 
-use std::sync::OnceLock;
-
 use prometheus::{
     Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts,
 };
+
+use prometheus::Registry;
 
 use crate::metrics::register;
 
@@ -22,7 +22,8 @@ fn duration_buckets() -> Vec<f64> {
         .unwrap_or_else(|_| vec![1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0])
 }
 
-struct Families {
+/// The `workqueue_*` families on one registry ([`crate::metrics::Metrics`]).
+pub(crate) struct Families {
     depth: IntGaugeVec,
     adds: IntCounterVec,
     queue_duration: HistogramVec,
@@ -32,13 +33,14 @@ struct Families {
     retries: IntCounterVec,
 }
 
-/// Builds and registers the families once per process. Building can only
-/// fail on invalid names or buckets, which are constants here; the `expect`s
-/// document that invariant.
-fn families() -> &'static Families {
-    static FAMILIES: OnceLock<Families> = OnceLock::new();
-    FAMILIES.get_or_init(|| Families {
+impl Families {
+    /// Builds the families and registers them on `r`. Building can only
+    /// fail on invalid names or buckets, which are constants here; the
+    /// `expect`s document that invariant.
+    pub(crate) fn new(r: &Registry) -> Self {
+        Families {
         depth: register(
+            r,
             IntGaugeVec::new(
                 Opts::new("workqueue_depth", "Number of keys currently waiting in the work queue."),
                 &[LABEL],
@@ -46,6 +48,7 @@ fn families() -> &'static Families {
             .expect("valid workqueue_depth"),
         ),
         adds: register(
+            r,
             IntCounterVec::new(
                 Opts::new(
                     "workqueue_adds_total",
@@ -56,6 +59,7 @@ fn families() -> &'static Families {
             .expect("valid workqueue_adds_total"),
         ),
         queue_duration: register(
+            r,
             HistogramVec::new(
                 HistogramOpts::new(
                     "workqueue_queue_duration_seconds",
@@ -67,6 +71,7 @@ fn families() -> &'static Families {
             .expect("valid workqueue_queue_duration_seconds"),
         ),
         work_duration: register(
+            r,
             HistogramVec::new(
                 HistogramOpts::new(
                     "workqueue_work_duration_seconds",
@@ -78,6 +83,7 @@ fn families() -> &'static Families {
             .expect("valid workqueue_work_duration_seconds"),
         ),
         unfinished_work: register(
+            r,
             GaugeVec::new(
                 Opts::new(
                     "workqueue_unfinished_work_seconds",
@@ -89,6 +95,7 @@ fn families() -> &'static Families {
             .expect("valid workqueue_unfinished_work_seconds"),
         ),
         longest_running: register(
+            r,
             GaugeVec::new(
                 Opts::new(
                     "workqueue_longest_running_processor_seconds",
@@ -99,6 +106,7 @@ fn families() -> &'static Families {
             .expect("valid workqueue_longest_running_processor_seconds"),
         ),
         retries: register(
+            r,
             IntCounterVec::new(
                 Opts::new(
                     "workqueue_retries_total",
@@ -108,7 +116,8 @@ fn families() -> &'static Families {
             )
             .expect("valid workqueue_retries_total"),
         ),
-    })
+        }
+    }
 }
 
 /// The children of every family for one queue name.
@@ -124,8 +133,7 @@ pub(super) struct QueueMetrics {
 }
 
 impl QueueMetrics {
-    pub(super) fn new(name: &str) -> Self {
-        let f = families();
+    pub(super) fn new(f: &Families, name: &str) -> Self {
         let l = [name];
         Self {
             depth: f.depth.with_label_values(&l),

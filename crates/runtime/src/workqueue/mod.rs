@@ -39,7 +39,10 @@ use tokio::time::Instant;
 pub use rate_limit::{BucketLimit, RetryRateLimit};
 pub use ready::{InFlightLimit, LaneFn, namespace_lane};
 
+pub(crate) use metrics::Families;
 use metrics::QueueMetrics;
+
+use crate::metrics::Metrics;
 use rate_limit::RetryRateLimiter;
 use ready::Ready;
 
@@ -195,15 +198,15 @@ impl<K> WorkQueue<K>
 where
     K: Clone + Eq + Hash + Send + Sync + 'static,
 {
-    /// Creates a queue whose metrics carry `name` as the `name` label and
-    /// whose retries follow `rate_limit`.
+    /// Creates a queue whose `workqueue_*` series (of `metrics`) carry
+    /// `name` as the `name` label and whose retries follow `rate_limit`.
     ///
     /// Inside a tokio runtime this also starts a small background task
     /// (ending when the last handle is dropped or the queue shuts down) that
     /// refreshes the unfinished-work gauges; without a runtime those gauges
     /// only move on [`update_unfinished_work_metrics`](Self::update_unfinished_work_metrics).
-    pub fn new(name: &str, rate_limit: RetryRateLimit) -> Self {
-        Self::build(name, rate_limit, Ready::fifo())
+    pub fn new(name: &str, rate_limit: RetryRateLimit, metrics: &Metrics) -> Self {
+        Self::build(name, rate_limit, Ready::fifo(), metrics)
     }
 
     /// Like [`new`](Self::new), but ready keys are handed out by lane in
@@ -212,8 +215,13 @@ where
     /// A key that becomes ready in a lane with nothing else ready is handed
     /// out after at most one key of every other lane. Dedupe, one worker
     /// per key, delays, back-off, shutdown and metrics are those of `new`.
-    pub fn fair(name: &str, rate_limit: RetryRateLimit, lane: LaneFn<K>) -> Self {
-        Self::build(name, rate_limit, Ready::fair(lane))
+    pub fn fair(
+        name: &str,
+        rate_limit: RetryRateLimit,
+        lane: LaneFn<K>,
+        metrics: &Metrics,
+    ) -> Self {
+        Self::build(name, rate_limit, Ready::fair(lane), metrics)
     }
 
     /// Limits how many keys of a fair queue are in flight at once (no
@@ -226,7 +234,7 @@ where
         self.inner.state.lock().queue.set_limit(limit);
     }
 
-    fn build(name: &str, rate_limit: RetryRateLimit, ready: Ready<K>) -> Self {
+    fn build(name: &str, rate_limit: RetryRateLimit, ready: Ready<K>, metrics: &Metrics) -> Self {
         let now = Instant::now();
         let inner = Arc::new(Inner {
             name: name.to_owned(),
@@ -244,7 +252,7 @@ where
             ready: Notify::new(),
             idle: Notify::new(),
             busy: Arc::new(Notify::new()),
-            metrics: QueueMetrics::new(name),
+            metrics: QueueMetrics::new(&metrics.workqueue, name),
         });
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(maintain(Arc::downgrade(&inner), Arc::clone(&inner.busy)));

@@ -12,7 +12,11 @@ fn ms(n: u64) -> Duration {
 }
 
 fn queue(name: &str) -> WorkQueue<String> {
-    WorkQueue::new(name, RetryRateLimit::controller_default())
+    WorkQueue::new(
+        name,
+        RetryRateLimit::controller_default(),
+        &crate::metrics::Metrics::detached(),
+    )
 }
 
 fn k(s: &str) -> String {
@@ -109,7 +113,11 @@ async fn workers_never_share_a_key() {
 async fn concurrent_workers_lose_nothing() {
     use std::collections::HashSet;
 
-    let q: WorkQueue<u32> = WorkQueue::new("test_concurrent", RetryRateLimit::default());
+    let q: WorkQueue<u32> = WorkQueue::new(
+        "test_concurrent",
+        RetryRateLimit::default(),
+        &crate::metrics::Metrics::detached(),
+    );
     let held = Arc::new(parking_lot::Mutex::new(HashSet::new()));
     let overlaps = Arc::new(AtomicUsize::new(0));
     // Per key: the generation last added and the generation last seen by a
@@ -251,6 +259,7 @@ async fn per_key_backoff_doubles_and_resets_on_forget() {
     let q = WorkQueue::new(
         "test_backoff",
         RetryRateLimit::per_key(Duration::from_secs(1), Duration::from_secs(60)),
+        &crate::metrics::Metrics::detached(),
     );
     let key = k("ns/job");
     for (attempt, expect) in [1u64, 2, 4, 8].into_iter().enumerate() {
@@ -279,6 +288,7 @@ async fn global_bucket_limits_across_keys() {
             max_delay: Duration::from_secs(1000),
             bucket: Some(BucketLimit { qps: 1.0, burst: 2 }),
         },
+        &crate::metrics::Metrics::detached(),
     );
     for key in ["a", "b", "c", "d"] {
         q.add_rate_limited(k(key));
@@ -346,7 +356,12 @@ async fn shutdown_releases_a_drain() {
 
 #[tokio::test(start_paused = true)]
 async fn metrics_follow_the_queue() {
-    let q = queue("test_metrics");
+    let metrics = crate::metrics::Metrics::detached();
+    let q = WorkQueue::new(
+        "test_metrics",
+        RetryRateLimit::controller_default(),
+        &metrics,
+    );
     let m = &q.inner.metrics;
     q.add(k("a"));
     q.add(k("b"));
@@ -377,7 +392,7 @@ async fn metrics_follow_the_queue() {
     q.add_rate_limited(k("d"));
     assert_eq!(m.retries.get(), 2);
 
-    let text = crate::metrics::render();
+    let text = metrics.render();
     assert!(
         text.contains("workqueue_depth{name=\"test_metrics\"} 1"),
         "{text}"
@@ -409,7 +424,11 @@ async fn background_tick_promotes_while_workers_are_busy() {
 
 #[test]
 fn works_without_a_runtime() {
-    let q: WorkQueue<u32> = WorkQueue::new("test_no_runtime", RetryRateLimit::default());
+    let q: WorkQueue<u32> = WorkQueue::new(
+        "test_no_runtime",
+        RetryRateLimit::default(),
+        &crate::metrics::Metrics::detached(),
+    );
     q.add(1);
     q.add(1);
     assert_eq!(q.len(), 1);

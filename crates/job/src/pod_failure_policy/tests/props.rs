@@ -22,7 +22,7 @@ fn the_policy_honours_the_gate() {
     let on = crate::sync::Config::default();
     let off = crate::sync::Config {
         pod_failure_policy: false,
-        ..on
+        ..on.clone()
     };
     assert!(on.policy(&j).is_some());
     assert!(off.policy(&j).is_none());

@@ -283,7 +283,7 @@ impl World {
     /// fed from scratch, handlers registered as in KCM).
     fn process(&mut self) -> Arc<JobController<WorldPort>> {
         if let Some(p) = &self.process
-            && p.config == self.config
+            && *p.config() == self.config
         {
             return Arc::clone(p);
         }
@@ -298,7 +298,15 @@ impl World {
         };
         let now = Arc::clone(&self.clock);
         let clock = Clock::from_fn(move || *now.lock());
-        let jc = Arc::new(JobController::new(port, jobs, pods, self.config, clock));
+        let jc = Arc::new(JobController::new(
+            port,
+            jobs,
+            pods,
+            self.config.clone(),
+            clock,
+            &kcm_runtime::metrics::Metrics::detached(),
+            crate::metrics::Metrics::new(&Default::default(), kcm_features::KubeVersion::NEWEST),
+        ));
         jc.register();
         self.process = Some(Arc::clone(&jc));
         jc
@@ -306,7 +314,7 @@ impl World {
 
     /// How long the controller's back-off record holds creations back now.
     fn backoff_wait(&self) -> Option<Duration> {
-        let record = self.process.as_ref()?.backoff.get(KEY)?;
+        let record = self.process.as_ref()?.backoff().get(KEY)?;
         Some(crate::backoff::remaining_time(&record, self.now)).filter(|d| !d.is_zero())
     }
 
@@ -324,9 +332,9 @@ impl World {
             (s.now, s.next, s.crash) = (self.now, self.next, crash);
             s.log = SyncLog::default();
         }
-        jc.port.publish();
+        jc.port().publish();
         assert!(
-            jc.expectations.satisfied(KEY),
+            jc.expectations().satisfied(KEY),
             "an API call of the last sync was not observed"
         );
         let was_finished = is_finished(&self.server.lock().job);

@@ -17,6 +17,7 @@ fn queue(name: &str) -> WorkQueue<String> {
     WorkQueue::new(
         name,
         RetryRateLimit::per_key(Duration::from_secs(1), Duration::from_secs(60)),
+        &crate::metrics::Metrics::detached(),
     )
 }
 
