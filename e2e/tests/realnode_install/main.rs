@@ -329,22 +329,7 @@ async fn manifests(node: &Node, r: &mut Report, p: &mut Problems, client: kube::
             hs.len()
         ),
     );
-    let mut gaps = String::from(
-        "| handover (pod IPs) | Lease: old leader's last write -> new leader's first | controllers: old leader's last write -> new leader's first |\n|---|---|---|\n",
-    );
-    for h in &hs {
-        gaps.push_str(&format!(
-            "| {} -> {} | {:.2} s | {} |\n",
-            h.from,
-            h.to,
-            h.lease_gap.as_secs_f64(),
-            h.work_gap
-                .map_or("no write on one side".into(), |g| format!(
-                    "{:.2} s",
-                    g.as_secs_f64()
-                ))
-        ));
-    }
+    let gaps = upgrade::gaps_markdown(&hs);
     r.section(
         "Upgrade and rollback",
         &format!(
