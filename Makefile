@@ -7,11 +7,25 @@ ARGS ?=
 DEV_ARGS ?=
 # The one version: Cargo.toml's [workspace.package] version (--version,
 # kcm_rs_build_info, the image tag manifests/base references).
-VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+WORKSPACE_VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+VERSION := $(WORKSPACE_VERSION)
 COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-IMAGE ?= kcm-rs:$(VERSION)
-# The release binary (make release-bin; kcm-bench's default --kcm-rs).
-KCM_RS_RELEASE := target/pgo/release/kcm-rs
+# The one image repository: where the release workflow pushes, and the
+# default of the chart (values.yaml image.repository) and of kustomize
+# (manifests/base/kustomization.yaml); hack/release-checks.py holds them equal
+# in make test.
+IMAGE_REPOSITORY := ghcr.io/kcm-rs/kcm-rs
+IMAGE ?= $(IMAGE_REPOSITORY):$(VERSION)
+# The commit's time: every timestamp of a release (image, chart, archives).
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+DOCKER_BUILD_ARGS = --build-arg VERSION=$(VERSION) --build-arg KCM_RS_GIT_COMMIT=$(COMMIT) \
+  --build-arg SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) \
+  --build-arg CREATED=$$(date -u -d @$(SOURCE_DATE_EPOCH) +%Y-%m-%dT%H:%M:%SZ)
+# The release binary (make release-bin; kcm-bench's default --kcm-rs): static,
+# for RUST_TARGET, the host's target triple (x86_64-unknown-linux-gnu here).
+RUST_TARGET ?= $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+RELEASE_TARGET_DIR ?= target/pgo
+KCM_RS_RELEASE := $(RELEASE_TARGET_DIR)/$(RUST_TARGET)/release/kcm-rs
 
 .PHONY: run run-examples test lint unit e2e differential bench bench-decode chaos chaos-seeds handover controlplane fmt clean-run \
 	check-tools monitoring image kind-up release release-bin pgo-profile
@@ -45,7 +59,7 @@ run-examples:
 ## of the tests (the tests that need 1.37 start its control plane);
 ## make test-versions runs them on all four minors (make test-newest: 1.37),
 ## out of make test for its time budget.
-test: check-tools lint controlplane
+test: check-tools release-checks lint controlplane
 	$(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
 	$(MAKE) upstream-tests-job
@@ -53,6 +67,20 @@ test: check-tools lint controlplane
 .PHONY: test-newest
 test-newest:
 	$(MAKE) test-versions K8S_VERSIONS=1.37 TEST_GATES=no TEST_UPSTREAM=no
+
+## release-checks: the release's bookkeeping (hack/release-checks.py: the
+## chart's version moved with its files, one image repository, the CHANGELOG's
+## form) and the image builder's and those checks' unit tests; a few seconds.
+## chart-version: records the chart's version after a bump (the check says when).
+.PHONY: release-checks chart-version
+release-checks:
+	@for t in hack/test_oci_image.py hack/test_release_checks.py; do \
+	  out=$$(python3 $$t 2>&1) || { echo "$$out"; echo "error: $$t failed" >&2; exit 1; }; \
+	  echo "$$t: $$(echo "$$out" | grep -E '^Ran [0-9]+ tests') OK"; \
+	done
+	@python3 hack/release-checks.py check
+chart-version:
+	python3 hack/release-checks.py record-chart
 
 ## check-tools: what make test needs, checked before its long builds (Go >= 1.26,
 ## cgo's C compiler, Rust >= rust-version, GNU patch, git, python3, promtool and
@@ -76,28 +104,68 @@ image:
 	    "build the image elsewhere: docker build -f manifests/Dockerfile -t $(IMAGE) ." >&2; \
 	  exit 1; \
 	fi; \
-	DOCKER_BUILDKIT=1 $$engine build -f manifests/Dockerfile -t $(IMAGE) \
-	  --build-arg KCM_RS_GIT_COMMIT=$(COMMIT) .
+	DOCKER_BUILDKIT=1 $$engine build -f manifests/Dockerfile -t $(IMAGE) $(DOCKER_BUILD_ARGS) .
 
-## image-oci: the image without a container engine: the release binary and
-## what it needs at run time in an OCI image layout archive,
-## target/image/kcm-rs-$(VERSION).oci.tar (hack/oci-image.py; reproducible,
-## prints its digest). Load it with `ctr -n k8s.io images import <archive>`.
+## image-oci: the image without a container engine: an OCI image layout
+## archive, target/image/kcm-rs-$(VERSION).oci.tar, holding an image index with
+## the release binary's architecture (hack/oci-image.py: only the static
+## binary, CA certificates and a nonroot user; reproducible; prints the
+## index's digest). Load it with `ctr -n k8s.io images import <archive>`.
+## make release-artifacts makes the release's, from one binary per architecture.
 IMAGE_OCI := target/image/kcm-rs-$(VERSION).oci.tar
-.PHONY: image-oci
+.PHONY: image-oci print-release-bin print-image-repository print-e2e-bin
 image-oci: release-bin
 	@python3 hack/oci-image.py --binary $(KCM_RS_RELEASE) --name $(IMAGE) \
-	  --out $(IMAGE_OCI) --revision $(COMMIT) \
+	  --out $(IMAGE_OCI) --version $(VERSION) --revision $(COMMIT) \
 	  --created $$(git log -1 --format=%ct $(COMMIT) 2>/dev/null || echo 0)
 	@echo "load: ctr -n k8s.io images import $(IMAGE_OCI)   pin: $(IMAGE)@$$(cat $(IMAGE_OCI).digest)" >&2
 
-## release-bin: the release binary, $(KCM_RS_RELEASE), built with the committed
-## profile of its hot paths (profile-guided optimization: pgo/README.md) where
-## this rustc's LLVM reads it (hack/pgo-flags.sh says when not), in a target
-## directory of its own so that the other release builds keep their cache.
+## release-bin: the release binary, $(KCM_RS_RELEASE): statically linked
+## (-C target-feature=+crt-static with glibc's static libraries, Debian's
+## libc6-dev: it needs no shared library of any host; DNS and NSS:
+## docs/release.md), built with the committed profile of its hot paths
+## (profile-guided optimization: pgo/README.md) where this rustc's LLVM reads
+## it (hack/pgo-flags.sh says when not), in a target directory of its own so
+## that the other release builds keep their cache. `--target` keeps build
+## scripts and proc macros dynamic (they cannot be static). Refused by
+## hack/oci-image.py --check if anything in it is dynamic.
 release-bin:
-	KCM_RS_GIT_COMMIT=$(COMMIT) RUSTFLAGS="$${RUSTFLAGS:-} $$(hack/pgo-flags.sh)" \
-	  $(CARGO) build --release --locked -p kcm-rs --target-dir target/pgo
+	KCM_RS_GIT_COMMIT=$(COMMIT) RUSTFLAGS="$${RUSTFLAGS:-} -C target-feature=+crt-static $$(hack/pgo-flags.sh)" \
+	  $(CARGO) build --release --locked -p kcm-rs --target $(RUST_TARGET) --target-dir $(RELEASE_TARGET_DIR)
+	@python3 hack/oci-image.py --check $(KCM_RS_RELEASE)
+
+print-release-bin:
+	@echo $(KCM_RS_RELEASE)
+
+## release-binary: the release binary as dist/kcm-rs-$(VERSION)-linux-<arch>
+## with what it was built from (<binary>.build-info.json: rustc, the PGO
+## profile, glibc's and libgcc's Debian packages, the crates). The forge runs
+## it on each architecture's runner; make release-artifacts on the host's.
+## release-artifacts: the release in dist/ (hack/release-artifacts.sh,
+## docs/release.md): binaries, image index archive, chart package pinned by
+## digest, SBOM, provenance, SHA256SUMS, cosign signatures and attestations
+## verified offline against release/cosign.pub. VERSION must be the workspace's;
+## COSIGN_KEY (and COSIGN_PASSWORD) the release key, or COSIGN_KEY=ephemeral for
+## a dry run; RELEASE_BINARIES_FROM=DIR takes other architectures' binaries.
+## release-rehearsal: dist/ pushed as the release workflow pushes it, to a
+## registry on localhost (crane registry serve), and pulled back and verified.
+.PHONY: release-binary release-artifacts release-rehearsal
+release-binary: release-bin
+	@mkdir -p dist
+	@arch=$$(python3 hack/oci-image.py --check $(KCM_RS_RELEASE)) && \
+	  cp $(KCM_RS_RELEASE) dist/kcm-rs-$(VERSION)-linux-$$arch && \
+	  python3 hack/release.py build-info --binary dist/kcm-rs-$(VERSION)-linux-$$arch \
+	    --target $(RUST_TARGET) --out dist/kcm-rs-$(VERSION)-linux-$$arch.build-info.json
+release-artifacts:
+	@test -n "$(filter command line,$(origin VERSION))" || { echo "usage: make release-artifacts VERSION=x.y.z" >&2; exit 2; }
+	MAKE="$(MAKE)" hack/release-artifacts.sh $(VERSION) $(WORKSPACE_VERSION)
+release-rehearsal:
+	@test -n "$(filter command line,$(origin VERSION))" || { echo "usage: make release-rehearsal VERSION=x.y.z" >&2; exit 2; }
+	hack/release-rehearsal.sh $(VERSION)
+print-image-repository:
+	@echo $(IMAGE_REPOSITORY)
+print-e2e-bin:
+	@echo $(CURDIR)/$(E2E_BIN)
 
 ## pgo-profile: remakes pgo/kcm-rs.profdata.gz from training runs of an
 ## instrumented build (hack/pgo-profile.sh; about 20 minutes, needs llvm-profdata).
@@ -105,7 +173,7 @@ pgo-profile: controlplane
 	hack/pgo-profile.sh
 
 ## release: the release binary ($(KCM_RS_RELEASE)) and, where a container
-## engine exists, the image kcm-rs:$(VERSION), also tagged kcm-rs:$(VERSION)-$(COMMIT);
+## engine exists, the image $(IMAGE), also tagged $(IMAGE)-$(COMMIT);
 ## without one, prints the buildx command and still succeeds.
 release: release-bin
 	@$(KCM_RS_RELEASE) --version
@@ -116,11 +184,11 @@ release: release-bin
 	if [[ -z "$$engine" ]]; then \
 	  echo "no working container engine: build the image elsewhere with" >&2; \
 	  echo "  docker buildx build -f manifests/Dockerfile --platform linux/amd64,linux/arm64" \
-	    "--build-arg KCM_RS_GIT_COMMIT=$(COMMIT) -t $(IMAGE) -t $(IMAGE)-$(COMMIT) --push ." >&2; \
+	    "$(DOCKER_BUILD_ARGS) -t $(IMAGE) -t $(IMAGE)-$(COMMIT) --push ." >&2; \
 	  exit 0; \
 	fi; \
 	DOCKER_BUILDKIT=1 $$engine build -f manifests/Dockerfile -t $(IMAGE) -t $(IMAGE)-$(COMMIT) \
-	  --build-arg KCM_RS_GIT_COMMIT=$(COMMIT) . && \
+	  $(DOCKER_BUILD_ARGS) . && \
 	echo "built $(IMAGE) and $(IMAGE)-$(COMMIT)"
 
 ## abuse: the serving abuse tests against the binary and a real API server,
@@ -260,10 +328,18 @@ handover: controlplane
 
 ## bench: kcm-rs against upstream KCM (release builds; not part of `test`).
 ## BENCH_ARGS="--scale 0.1 --only w1,w3" for a shorter run; see bench/src/.
+## KCM_RS_BIN=<binary> benchmarks that kcm-rs (e.g. a release's
+## dist/kcm-rs-<version>-linux-amd64; default the release binary, built first);
+## BENCH_K8S_VERSION=1.N runs the API server and upstream KCM of that minor
+## (default 1.34; built first when missing).
 BENCH_ARGS ?=
-bench: controlplane release-bin
+KCM_RS_BIN ?= $(KCM_RS_RELEASE)
+BENCH_K8S_VERSION ?= 1.34
+bench: $(if $(filter command line environment,$(origin KCM_RS_BIN)),,release-bin)
+	e2e/harness/build.sh $(E2E_BIN) --version $(BENCH_K8S_VERSION)
 	$(CARGO) build --release -p kcm-sim -p kcm-bench --bins
-	target/release/kcm-bench $(BENCH_ARGS)
+	@echo "kcm-rs: $(KCM_RS_BIN) ($$($(KCM_RS_BIN) --version), sha256 $$(sha256sum $(KCM_RS_BIN) | cut -c1-16)); Kubernetes $(BENCH_K8S_VERSION)"
+	KCM_E2E_K8S_VERSION=$(BENCH_K8S_VERSION) target/release/kcm-bench --kcm-rs $(KCM_RS_BIN) $(BENCH_ARGS)
 
 ## bench-decode: JSON against protobuf decoding of W4's pods into the cache
 ## type (bytes and ns per pod; kcm-rs alone).

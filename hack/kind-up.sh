@@ -4,7 +4,8 @@
 #      1.37, default 1.34; KCM runs with job-controller,
 #      pod-garbage-collector-controller, taint-eviction-controller and
 #      disruption-controller switched off, which is checked),
-#   2. loads the image $IMAGE (default kcm-rs:<workspace version>; `make image` builds it),
+#   2. loads the image $IMAGE (default ghcr.io/kcm-rs/kcm-rs:<workspace version>, the
+#      name manifests/ uses; `make image` builds it),
 #      or the OCI archive $IMAGE_ARCHIVE (`make image-oci` writes
 #      target/image/kcm-rs-<version>.oci.tar) with `kind load image-archive`,
 #   3. applies manifests/base, or manifests/ (with the monitoring component)
@@ -40,7 +41,7 @@ else
   CLUSTER=${CLUSTER:-kcm-rs}
 fi
 # The tag manifests/base references: the workspace version.
-IMAGE=${IMAGE:-kcm-rs:$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)}
+IMAGE=${IMAGE:-$(make -s print-image-repository):$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)}
 K8S_VERSION=${K8S_VERSION:-1.34}
 config=manifests/kind/$K8S_VERSION.yaml
 [[ -f "$config" ]] || {

@@ -68,20 +68,56 @@ pub fn container_args(deployment: &Value) -> Vec<String> {
     args.iter().map(|a| text(a).to_string()).collect()
 }
 
+/// `args` as the kubelet passes them to the container: each `$(NAME)` of
+/// `env` replaced by its value, `$$` by `$` (a `$(NAME)` not in `env` stays).
+pub fn kubelet_expand(args: Vec<String>, env: &[(&str, &str)]) -> Vec<String> {
+    args.into_iter()
+        .map(|arg| {
+            let mut out = String::new();
+            let mut rest = arg.as_str();
+            while let Some(at) = rest.find('$') {
+                out.push_str(&rest[..at]);
+                rest = &rest[at..];
+                if let Some(after) = rest.strip_prefix("$$") {
+                    out.push('$');
+                    rest = after;
+                    continue;
+                }
+                let known = rest.strip_prefix("$(").and_then(|r| {
+                    let (name, after) = r.split_once(')')?;
+                    let (_, value) = env.iter().find(|(n, _)| *n == name)?;
+                    Some((*value, after))
+                });
+                match known {
+                    Some((value, after)) => {
+                        out.push_str(value);
+                        rest = after;
+                    }
+                    None => {
+                        out.push('$');
+                        rest = &rest[1..];
+                    }
+                }
+            }
+            out.push_str(rest);
+            out
+        })
+        .collect()
+}
+
 pub const RBAC_KINDS: &str = "ServiceAccount ServiceAccount ServiceAccount ServiceAccount \
     ServiceAccount ClusterRole ClusterRoleBinding Role RoleBinding Lease ClusterRole ClusterRole \
     ClusterRole ClusterRole ClusterRoleBinding ClusterRoleBinding ClusterRoleBinding \
     ClusterRoleBinding ClusterRole";
 
 /// Which kinds each manifest holds (paths under `manifests/`, `examples/`
-/// aside); the first five are base's resources, the next four the
-/// monitoring component's.
+/// aside); the first four are base's resources, the next four the
+/// monitoring component's, the next the pdb component's.
 pub const KINDS: &[(&str, &str)] = &[
     ("base/rbac.yaml", RBAC_KINDS),
     ("base/deployment.yaml", "Deployment"),
     ("base/service.yaml", "Service"),
     ("base/networkpolicy.yaml", "NetworkPolicy"),
-    ("base/pdb.yaml", "PodDisruptionBudget"),
     ("monitoring/servicemonitor.yaml", "ServiceMonitor"),
     ("monitoring/prometheusrule.yaml", "PrometheusRule"),
     ("monitoring/dashboard.yaml", "ConfigMap"),
@@ -89,9 +125,11 @@ pub const KINDS: &[(&str, &str)] = &[
         "monitoring/metrics-reader.yaml",
         "ServiceAccount Secret ClusterRoleBinding",
     ),
+    ("pdb/pdb.yaml", "PodDisruptionBudget"),
     ("kustomization.yaml", "Kustomization"),
     ("base/kustomization.yaml", "Kustomization"),
     ("monitoring/kustomization.yaml", "Component"),
+    ("pdb/kustomization.yaml", "Component"),
     ("beside-kcm/kustomization.yaml", "Kustomization"),
     ("kube-prometheus-stack/kustomization.yaml", "Kustomization"),
     (
@@ -157,16 +195,27 @@ pub const AGREE: &[&str] = &[
     "ctr/env/2/valueFrom/fieldRef/fieldPath = metadata.uid",
     "base/rbac.yaml#7/rules/2/resources/0 = secrets",
     "base/rbac.yaml#7/rules/2/verbs = [\"create\"]",
-    "base/pdb.yaml#0/spec/maxUnavailable = 1",
+    "pdb/pdb.yaml#0/spec/maxUnavailable = 1",
+    "pdb/pdb.yaml#0/metadata/namespace = base/deployment.yaml#0/metadata/namespace",
     "base/deployment.yaml#0/spec/replicas = 2",
     "--leader-elect = true",
-    "--leader-elect-resource-namespace = base/rbac.yaml#7/metadata/namespace",
+    // The Lease is in the pod's namespace (the kubelet expands the flag from
+    // the downward API), where its Role, RoleBinding and object are.
+    "--leader-elect-resource-namespace = $(POD_NAMESPACE)",
+    "base/rbac.yaml#7/metadata/namespace = base/deployment.yaml#0/metadata/namespace",
     "--leader-elect-resource-name = base/rbac.yaml#7/rules/1/resourceNames/0",
     "--leader-elect-resource-name = base/rbac.yaml#9/metadata/name",
-    "--leader-elect-resource-namespace = base/rbac.yaml#9/metadata/namespace",
-    "--leader-elect-resource-namespace = base/rbac.yaml#8/metadata/namespace",
+    "base/rbac.yaml#9/metadata/namespace = base/deployment.yaml#0/metadata/namespace",
+    "base/rbac.yaml#8/metadata/namespace = base/deployment.yaml#0/metadata/namespace",
     "--use-service-account-credentials = true",
-    concat!("ctr/image = kcm-rs:", env!("CARGO_PKG_VERSION")),
+    // A placeholder that base/kustomization.yaml's images: entry replaces
+    // with the release's repository and version.
+    "ctr/image = kcm-rs",
+    "base/kustomization.yaml#0/images/0/name = kcm-rs",
+    concat!(
+        "base/kustomization.yaml#0/images/0/newTag = ",
+        env!("CARGO_PKG_VERSION")
+    ),
     "ctr/ports/0/containerPort = --secure-port",
     "ctr/livenessProbe/httpGet/path = /livez",
     "ctr/readinessProbe/httpGet/path = /readyz",
@@ -528,7 +577,8 @@ pub async fn start_kcm_rs(
     let port = listener.local_addr().expect("addr").port();
     drop(listener);
     let overridden = ["--kubeconfig=", "--bind-address=", "--secure-port="];
-    let mut args = container_args(&docs("base/deployment.yaml")[0]);
+    let args = container_args(&docs("base/deployment.yaml")[0]);
+    let mut args = kubelet_expand(args, &[("POD_NAMESPACE", "kube-system")]);
     args.retain(|a| !overridden.iter().any(|o| a.starts_with(o)));
     args.extend([
         format!("--kubeconfig={}", kubeconfig.display()),

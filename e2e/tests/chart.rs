@@ -126,10 +126,23 @@ const CHART_ONLY: &[&[&str]] = &[
         "--set-json",
         r#"topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}]"#,
         "--set",
+        "podDisruptionBudget.enabled=true",
+        "--set",
         "podDisruptionBudget.maxUnavailable=50%",
         "--set",
         "leaderElection.leaseName=controllers",
+        "--set-json",
+        r#"podAnnotations={"example.com/scrape": "no"}"#,
+        "--set-json",
+        r#"podLabels={"example.com/team": "platform"}"#,
+        "--set-json",
+        r#"resources={"requests": {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "1Gi"}, "limits": {"memory": 1073741824}}"#,
+        "--set-json",
+        r#"tolerations=[{"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoExecute", "tolerationSeconds": 60}]"#,
     ],
+    // Outside kube-system (GKE admits system-cluster-critical pods there
+    // only under a ResourceQuota scoped to the class): the chart's quota.
+    &["--namespace", "kcm-system"],
 ];
 
 /// The ServiceAccount the ServiceMonitor scrapes with (its token Secret is
@@ -186,6 +199,67 @@ const REFUSED: &[(&[&str], &str)] = &[
     ),
     (&["--set", "image.digest=abc"], "does not match pattern"),
     (&["--set", "logging.format=yaml"], "logging/format"),
+    // The schema is strict where Kubernetes' types are: resources,
+    // affinity, tolerations, extraEnv, the PDB.
+    (
+        &["--set", "resources.request.cpu=1"],
+        "additional properties 'request' not allowed",
+    ),
+    (
+        &["--set", "resources.limits.cpu=lots"],
+        "resources/limits/cpu",
+    ),
+    (
+        &["--set-json", r#"affinity={"podAntiAfinity": {}}"#],
+        "additional properties 'podAntiAfinity' not allowed",
+    ),
+    (
+        &[
+            "--set-json",
+            r#"tolerations=[{"key": "a", "operator": "In"}]"#,
+        ],
+        "tolerations/0/operator",
+    ),
+    (
+        &[
+            "--set-json",
+            r#"tolerations=[{"key": "a", "efect": "NoSchedule"}]"#,
+        ],
+        "additional properties 'efect' not allowed",
+    ),
+    (
+        &["--set-json", r#"extraEnv=[{"value": "1"}]"#],
+        "missing property 'name'",
+    ),
+    (
+        &[
+            "--set-json",
+            r#"extraEnv=[{"name": "A", "value": "1", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]"#,
+        ],
+        "extraEnv/0",
+    ),
+    (
+        &[
+            "--set-json",
+            r#"extraEnv=[{"name": "A", "valueFrom": {"secretRef": {"name": "s"}}}]"#,
+        ],
+        "additional properties 'secretRef' not allowed",
+    ),
+    (
+        &["--set", "podDisruptionBudget.maxUnavailable=0"],
+        "podDisruptionBudget/maxUnavailable",
+    ),
+    (
+        &["--set-string", "podDisruptionBudget.maxUnavailable=0%"],
+        "podDisruptionBudget/maxUnavailable",
+    ),
+    (
+        &[
+            "--set-json",
+            r#"podLabels={"app.kubernetes.io/name": "other"}"#,
+        ],
+        "podLabels: app.kubernetes.io/name is set by the chart",
+    ),
 ];
 
 fn lint(values: &[&str]) -> String {
@@ -351,14 +425,19 @@ fn to_yaml_stream(docs: &[Value]) -> String {
     parts.join("---\n")
 }
 
-#[test]
-fn chart_version_is_the_workspace_version() {
+/// Chart.yaml.
+fn chart_yaml() -> Value {
     let path = repo_root().join("charts/kcm-rs/Chart.yaml");
-    let chart: Value =
-        serde_yaml_ng::from_str(&std::fs::read_to_string(&path).expect("Chart.yaml"))
-            .expect("yaml");
+    serde_yaml_ng::from_str(&std::fs::read_to_string(&path).expect("Chart.yaml")).expect("yaml")
+}
+
+/// The chart's appVersion (the image tag it defaults to) is the workspace
+/// version; its own version moves on every change of the chart
+/// (hack/release-checks.py, charts/kcm-rs.versions).
+#[test]
+fn chart_app_version_is_the_workspace_version() {
+    let chart = chart_yaml();
     assert_eq!(chart["apiVersion"], "v2");
-    assert_eq!(chart["version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"));
     // The monitoring objects come from manifests/monitoring, not a copy.
     let link = repo_root().join("charts/kcm-rs/files/monitoring");
@@ -410,6 +489,16 @@ fn everything_set(docs: &[Value]) {
         find(docs, "PodDisruptionBudget", "kcm-rs")["spec"]["maxUnavailable"],
         "50%"
     );
+    let meta = &dep["spec"]["template"]["metadata"];
+    assert_eq!(meta["annotations"], json!({"example.com/scrape": "no"}));
+    assert_eq!(meta["labels"]["example.com/team"], "platform");
+    assert_eq!(meta["labels"]["app.kubernetes.io/name"], "kcm-rs");
+    // Merged with the defaults (cpu "1"), as helm merges maps.
+    assert_eq!(
+        ctr["resources"]["limits"],
+        json!({"cpu": "1", "memory": 1073741824})
+    );
+    assert_eq!(pod["tolerations"][0]["tolerationSeconds"], 60);
     let sa = find(docs, "ServiceAccount", "kcm-rs");
     assert_eq!(sa["metadata"]["annotations"]["example.com/role"], "kcm-rs");
     // Only the two controllers' identities (and the scraper's), and what
@@ -476,6 +565,43 @@ fn impossible_values_fail_and_crd_objects_need_their_crds() {
             first.lines().find(|l| l.contains(needle)).unwrap_or("")
         );
     }
+    // `helm upgrade --reuse-values` from an older chart keeps that chart's
+    // defaults: a key this chart added is missing, and refused with what to
+    // run (the chart as helm sees it then: these templates, older values).
+    let older = tempfile::tempdir().expect("tempdir");
+    let copy = older.path().join("kcm-rs");
+    let status = Command::new("cp")
+        .args(["-rL", "charts/kcm-rs"])
+        .arg(&copy)
+        .current_dir(repo_root())
+        .status()
+        .expect("cp");
+    assert!(status.success());
+    let values = std::fs::read_to_string(copy.join("values.yaml")).expect("values");
+    let mut inside = false;
+    let kept: Vec<&str> = values
+        .lines()
+        .filter(|l| {
+            inside = l.starts_with("priorityClassQuota:") || (inside && l.starts_with("  "));
+            !inside
+        })
+        .collect();
+    assert!(
+        kept.len() < values.lines().count(),
+        "priorityClassQuota in values.yaml"
+    );
+    std::fs::write(copy.join("values.yaml"), kept.join("\n")).expect("write");
+    let got = try_helm(&[
+        "template",
+        "kcm-rs",
+        &copy.display().to_string(),
+        "--namespace",
+        "kcm-system",
+    ]);
+    assert!(
+        matches!(&got, Err(e) if e.contains("the values have no priorityClassQuota") && e.contains("--reset-then-reuse-values")),
+        "values without priorityClassQuota: {got:?}"
+    );
     let monitoring = |crds: bool, values: &[&str]| {
         let docs = parse_docs(&template(values, crds), "helm template");
         let mut kinds: Vec<String> = docs
@@ -566,7 +692,7 @@ async fn chart_renders_the_kustomize_overlays_and_both_pass_a_server_side_dry_ru
     run_helm(&["package", "charts/kcm-rs", "--destination", &dest]);
     let tgz = pkg
         .path()
-        .join(format!("kcm-rs-{}.tgz", env!("CARGO_PKG_VERSION")));
+        .join(format!("kcm-rs-{}.tgz", text(&chart_yaml()["version"])));
     let tgz = tgz.display().to_string();
     let mut args = vec!["template", "kcm-rs", &tgz, "--namespace", NAMESPACE];
     args.extend(CRDS_SERVED);
@@ -650,6 +776,29 @@ async fn chart_renders_the_kustomize_overlays_and_both_pass_a_server_side_dry_ru
         "registry.example/kcm-rs:0.1.0-test"
     );
     everything_set(&only(3));
+    // Outside kube-system, a ResourceQuota for the PriorityClass; none in
+    // kube-system (the defaults above), nor without a system-*-critical class.
+    let outside = only(4);
+    let quota = find(&outside, "ResourceQuota", "kcm-rs-critical-pods");
+    assert_eq!(quota["metadata"]["namespace"], "kcm-system");
+    assert_eq!(
+        quota["spec"],
+        json!({"hard": {"pods": "10"}, "scopeSelector": {"matchExpressions": [
+            {"scopeName": "PriorityClass", "operator": "In", "values": ["system-cluster-critical"]}]}})
+    );
+    for values in [
+        &["--set", "priorityClassName="][..],
+        &[
+            "--set",
+            "priorityClassQuota.enabled=false",
+            "--namespace",
+            "kcm-system",
+        ],
+        &["--set", "priorityClassName=", "--namespace", "kcm-system"],
+    ] {
+        let docs = parse_docs(&template(values, false), "helm template");
+        assert!(names(&docs, "ResourceQuota").is_empty(), "{values:?}");
+    }
 
     // Every rendering applies on the real API server (server-side, dry run,
     // strict), the CRDs of the ServiceMonitor and PrometheusRule installed.
@@ -659,7 +808,7 @@ async fn chart_renders_the_kustomize_overlays_and_both_pass_a_server_side_dry_ru
     let cp = ControlPlane::start().expect("control plane");
     let admin = cp.client().await.expect("admin client");
     let namespaces: Api<Namespace> = Api::all(admin.clone());
-    for ns in [NAMESPACE, "monitoring"] {
+    for ns in [NAMESPACE, "monitoring", "kcm-system"] {
         if namespaces.get_opt(ns).await.expect("get").is_none() {
             create(&namespaces, json!({ "metadata": { "name": ns } })).await;
         }

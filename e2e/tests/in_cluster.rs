@@ -131,7 +131,8 @@ async fn the_chart_in_another_namespace_runs_with_that_namespaces_accounts() {
         .expect("port")
         .port();
     let overridden = ["--kubeconfig=", "--bind-address=", "--secure-port="];
-    let mut args = container_args(dep);
+    let mut args =
+        kcm_e2e::manifests::kubelet_expand(container_args(dep), &[("POD_NAMESPACE", RELEASE_NS)]);
     args.retain(|a| !overridden.iter().any(|o| a.starts_with(o)));
     args.extend([
         format!("--kubeconfig={}", kubeconfig.display()),

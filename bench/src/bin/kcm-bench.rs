@@ -67,8 +67,12 @@ struct Flags {
     jobs_repeat: usize,
     #[arg(long, default_value = "bench/results")]
     out: PathBuf,
-    /// kcm-rs's binary: `make release-bin` builds it with the PGO profile.
-    #[arg(long, default_value = "target/pgo/release/kcm-rs")]
+    /// kcm-rs's binary: `make release-bin` builds it (static, with the PGO
+    /// profile; `make print-release-bin` names it on other hosts).
+    #[arg(
+        long,
+        default_value = "target/pgo/x86_64-unknown-linux-gnu/release/kcm-rs"
+    )]
     kcm_rs: PathBuf,
     /// A flag passed to kcm-rs only (repeatable), e.g.
     /// `--kcm-rs-arg=--kube-api-content-type=application/json`.

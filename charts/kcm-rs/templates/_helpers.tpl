@@ -87,6 +87,13 @@ in rbac.yaml's order. */}}
 
 {{/* Combinations that cannot work, each refused with what to change. */}}
 {{- define "kcm-rs.validate" -}}
+{{- /* helm upgrade --reuse-values keeps the old chart's defaults: keys this
+chart added are missing, which would render nil (or fail obscurely). */ -}}
+{{- range $key := list "priorityClassQuota" "podAnnotations" "podLabels" "healthPort" -}}
+{{- if not (hasKey $.Values $key) -}}
+{{- fail (printf "the values have no %s, which chart %s added: they come from an older chart's release (helm upgrade --reuse-values keeps that chart's defaults); upgrade with --reset-then-reuse-values, or with -f your values file (charts/kcm-rs/UPGRADING.md)" $key $.Chart.Version) -}}
+{{- end -}}
+{{- end -}}
 {{- if and (not .Values.leaderElection.enabled) (gt (int .Values.replicas) 1) -}}
 {{- fail (printf "leaderElection.enabled=false with replicas=%d: every replica would run the controllers at once (two Job controllers create pods twice); set replicas=1 or enable leader election" (int .Values.replicas)) -}}
 {{- end -}}
@@ -96,7 +103,20 @@ in rbac.yaml's order. */}}
 {{- if and .Values.besideKcm.enabled (not .Values.besideKcm.managedBy) -}}
 {{- fail "besideKcm.enabled needs besideKcm.managedBy, the spec.managedBy value of the Jobs kcm-rs syncs" -}}
 {{- end -}}
+{{- range $k, $_ := .Values.podLabels -}}
+{{- if or (eq $k "app.kubernetes.io/name") (hasKey (include "kcm-rs.labels" $ | fromYaml) $k) (eq $k "app.kubernetes.io/component") -}}
+{{- fail (printf "podLabels: %s is set by the chart (app.kubernetes.io/name is the Deployment's selector); choose another label" $k) -}}
+{{- end -}}
+{{- end -}}
 {{- $_ := include "kcm-rs.selected" . -}}
+{{- end }}
+
+{{/* The ResourceQuota GKE needs before it admits pods of a system-*-critical
+PriorityClass outside kube-system: true where the chart renders it. */}}
+{{- define "kcm-rs.priorityClassQuota" -}}
+{{- if and .Values.priorityClassQuota.enabled (ne .Release.Namespace "kube-system") (has .Values.priorityClassName (list "system-cluster-critical" "system-node-critical")) -}}
+true
+{{- end -}}
 {{- end }}
 
 {{/* --feature-gates from the featureGates map, sorted by name. */}}

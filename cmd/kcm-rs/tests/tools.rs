@@ -745,6 +745,30 @@ async fn beside_kcm_explain_lint_and_mode_marks() {
         (held[0].0.as_str(), held[0].1.as_str()),
         (job_ref("elsewhere").as_str(), "managed-by-unknown")
     );
+    // Without the namespace flag, lint finds kcm-rs's Lease where it is, by
+    // the label the manifests and the chart give it (not in kube-system).
+    let label = json!({"metadata": {"labels": {"app.kubernetes.io/name": "kcm-rs"}}});
+    leases
+        .patch(LEASE, &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .expect("label the Lease");
+    let found = tool(&[
+        "lint",
+        "-n",
+        &ns.name,
+        &kcarg,
+        &format!("--leader-elect-resource-name={LEASE}"),
+        "-o",
+        "json",
+    ]);
+    let found: Value = serde_json::from_slice(&found.stdout).expect("json findings");
+    let objects: Vec<&str> = found
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["object"].as_str())
+        .collect();
+    assert_eq!(objects, [job_ref("elsewhere")], "{found:#}");
     // A Lease that does not exist: the opted-in, unfinished Job waits.
     let (_, missing) = lint("no-such-lease");
     let waiting: Vec<_> = missing

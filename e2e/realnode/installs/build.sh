@@ -5,11 +5,14 @@
 #   bin/kcm-node-proxy          kube-proxy 1.34 (./kube-proxy, its own Go
 #                               module: kube-proxy's packages are in no
 #                               other module file here)
-#   images/kcm-rs-A.oci.tar     `make image-oci`'s image of the release binary
-#                               (kcm-rs:<version>, build_info commit = HEAD)
+#   images/kcm-rs-A.oci.tar     `make image-oci`'s image of the (static)
+#                               release binary (<IMAGE_REPOSITORY>:<version>,
+#                               the name manifests/ and the chart default to;
+#                               build_info commit = HEAD)
 #   images/kcm-rs-B.oci.tar     the same sources with another commit stamp
-#                               (kcm-rs:<version>-b, commit <HEAD>-b): another
-#                               binary and another digest, for the upgrade
+#                               (<IMAGE_REPOSITORY>:<version>-b, commit
+#                               <HEAD>-b): another binary and another digest,
+#                               for the upgrade
 #   images/kcm-rs-{A,B}.digest  each image's digest
 #
 # usage: e2e/realnode/installs/build.sh [--no-images]
@@ -55,17 +58,23 @@ cargo="${CARGO:-cargo}"
 # compiler (whose LLVM decides whether the PGO profile is used): skip both
 # builds when the images were made from the same (each switch between A's
 # and B's stamp recompiles the kcm-rs crate).
-src="$( { echo "$commit"; "${RUSTC:-rustc}" -vV; cat "$here/build.sh" Makefile hack/oci-image.py hack/pgo-flags.sh manifests/Dockerfile pgo/*; git diff HEAD -- Cargo.toml Cargo.lock cmd crates;
+src="$( { echo "$commit ${KCM_INSTALL_B_RELABELLED:-}"; "${RUSTC:-rustc}" -vV; cat "$here/build.sh" Makefile hack/oci-image.py hack/pgo-flags.sh manifests/Dockerfile pgo/*; git diff HEAD -- Cargo.toml Cargo.lock cmd crates;
   git ls-files --others --exclude-standard -- cmd crates | LC_ALL=C sort | xargs -r cat; } | sha256sum | cut -d' ' -f1)"
 if [[ "$(cat "$out/images/stamp" 2>/dev/null)" == "$src" && -f "$out/images/kcm-rs-A.oci.tar" && -f "$out/images/kcm-rs-B.oci.tar" ]]; then
   exit 0
 fi
+repo="$(make -s print-image-repository)"
+# KCM_INSTALL_B_RELABELLED=1: B is A's binary under another revision label
+# (another image digest, the same build_info commit; one release build
+# instead of two, for the tests that tell images apart by digest).
 for which in A B; do
-  if [[ "$which" == A ]]; then stamp="$commit" name="kcm-rs:$version"; else stamp="$commit-b" name="kcm-rs:$version-b"; fi
-  make --no-print-directory release-bin COMMIT="$stamp" CARGO="$cargo"
-  cp target/pgo/release/kcm-rs "$out/images/kcm-rs-$which"
-  python3 hack/oci-image.py --binary "$out/images/kcm-rs-$which" --name "$name" \
-    --out "$out/images/kcm-rs-$which.oci.tar" --revision "$stamp" --created "$created"
+  if [[ "$which" == A ]]; then stamp="$commit" name="$repo:$version"; else stamp="$commit-b" name="$repo:$version-b"; fi
+  if [[ "$which" == A || "${KCM_INSTALL_B_RELABELLED:-}" != 1 ]]; then
+    make --no-print-directory release-bin COMMIT="$stamp" CARGO="$cargo"
+  fi
+  cp "$(make -s print-release-bin)" "$out/images/kcm-rs-$which"
+  python3 hack/oci-image.py --binary "$out/images/kcm-rs-$which" --name "$name" --version "$version" \
+    --out "$out/images/kcm-rs-$which.oci.tar" --revision "$stamp" --created "$created" >/dev/null
   cp "$out/images/kcm-rs-$which.oci.tar.digest" "$out/images/kcm-rs-$which.digest"
   echo "$name" >"$out/images/kcm-rs-$which.name"
 done

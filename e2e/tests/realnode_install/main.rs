@@ -15,6 +15,9 @@
 //! - `beside_complete_kcm`: `kubectl apply -k manifests/beside-kcm` beside a
 //!   KCM running every controller (job-controller included), on a node
 //!   without the control-plane label.
+//! - `chart_upgrade_rollback`: the previous chart version installed, then
+//!   `helm upgrade` to this one, `helm rollback`, the upgrade again, image
+//!   A -> B and a rollback to A, while Jobs run (chart_upgrade.rs).
 //!
 //! In each: two Ready replicas (the kubelet's HTTPS probes), one Lease
 //! holder, every request of kcm-rs's identities from its pods' addresses
@@ -25,6 +28,7 @@
 use kcm_e2e::manifests as support;
 
 mod audit;
+mod chart_upgrade;
 mod checks;
 mod jobs;
 mod monitoring;
@@ -325,22 +329,7 @@ async fn manifests(node: &Node, r: &mut Report, p: &mut Problems, client: kube::
             hs.len()
         ),
     );
-    let mut gaps = String::from(
-        "| handover (pod IPs) | Lease: old leader's last write -> new leader's first | controllers: old leader's last write -> new leader's first |\n|---|---|---|\n",
-    );
-    for h in &hs {
-        gaps.push_str(&format!(
-            "| {} -> {} | {:.2} s | {} |\n",
-            h.from,
-            h.to,
-            h.lease_gap.as_secs_f64(),
-            h.work_gap
-                .map_or("no write on one side".into(), |g| format!(
-                    "{:.2} s",
-                    g.as_secs_f64()
-                ))
-        ));
-    }
+    let gaps = upgrade::gaps_markdown(&hs);
     r.section(
         "Upgrade and rollback",
         &format!(
@@ -351,9 +340,31 @@ async fn manifests(node: &Node, r: &mut Report, p: &mut Problems, client: kube::
             names.len(), upgrade::jobs_markdown(&stream_ends)
         ),
     );
+    // No PodDisruptionBudget by default (one control-plane node would never
+    // drain); the pdb component adds it for clusters with more.
+    let none = node.kubectl(&["-n", ns, "get", "pdb", "-o", "name"]);
+    p.check(
+        none.trim().is_empty(),
+        format!("no PodDisruptionBudget from manifests/: {none:?}"),
+    );
+    node.kubectl(&["apply", "-f", "manifests/pdb/pdb.yaml"]);
+    // Its status is kcm-rs's disruption controller's.
+    node.kubectl(&[
+        "-n",
+        ns,
+        "wait",
+        "--for=jsonpath={.status.disruptionsAllowed}=1",
+        "pdb/kcm-rs",
+        "--timeout=60s",
+    ]);
     let pdb = upgrade::pdb(&client, ns, p).await;
     node.rollout_status(ns, "240s");
-    r.section("PodDisruptionBudget", &pdb);
+    r.section(
+        "PodDisruptionBudget",
+        &format!(
+            "None with `manifests/` as it is; with the `manifests/pdb` component applied:\n\n{pdb}"
+        ),
+    );
 }
 
 #[test]
@@ -404,6 +415,16 @@ async fn chart(node: &Node, r: &mut Report, p: &mut Problems, client: kube::Clie
     verify(node, &client, r, p, &w, None, &[]).await;
     let mon = monitoring::run(node, ns, p).await;
     r.section("Monitoring", &mon);
+}
+
+#[test]
+#[ignore = "needs root and the real node: make realnode-install-test"]
+fn chart_upgrade_rollback() {
+    install(
+        "chart_upgrade_rollback",
+        "The chart in `kcm-system`: upgrade from the previous chart version, rollback, image A -> B, while Jobs run",
+        chart_upgrade::scenario,
+    );
 }
 
 #[test]

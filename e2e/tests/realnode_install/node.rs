@@ -16,6 +16,23 @@ use kcm_e2e::binaries::{bin_dir, repo_root};
 /// Set to the test's name for its run inside the session.
 const INSIDE: &str = "KCM_INSTALL_SESSION";
 
+/// The test whose API server limits critical pods as GKE does.
+pub const GKE_QUOTA_TEST: &str = "chart_upgrade_rollback";
+const GKE_ADMISSION: &str = "apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: ResourceQuota
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: ResourceQuotaConfiguration
+    limitedResources:
+    - resource: pods
+      matchScopes:
+      - scopeName: PriorityClass
+        operator: In
+        values: [system-node-critical, system-cluster-critical]
+";
+
 /// The node of a session, as `node.sh session` describes it.
 pub struct Node {
     pub kubeconfig: PathBuf,
@@ -77,11 +94,22 @@ pub fn in_session(test: &str, scenario: impl FnOnce(&Node)) {
          - level: Metadata\n",
     )
     .expect("audit policy");
-    let audit = format!(
+    let mut audit = format!(
         "--audit-policy-file={} --audit-log-path={} --audit-log-format=json --audit-log-maxsize=0",
         policy.display(),
         out.join("audit.log").display()
     );
+    if test == GKE_QUOTA_TEST {
+        // GKE's limit on critical pods, as GKE sets it: the ResourceQuota
+        // admission plugin's limitedResources, so pods of a system-*-critical
+        // PriorityClass are admitted only where a quota covers that class.
+        let admission = out.join("admission.yaml");
+        std::fs::write(&admission, GKE_ADMISSION).expect("admission config");
+        audit.push_str(&format!(
+            " --admission-control-config-file={}",
+            admission.display()
+        ));
+    }
     let version = std::env::var("K8S_VERSION").unwrap_or_else(|_| "1.34".into());
     let exe = std::env::current_exe().expect("test binary");
     let began = Instant::now();

@@ -176,6 +176,28 @@ pub fn handovers(events: &[Event], ns: &str, lease: &str, controllers: &[String]
     out
 }
 
+/// The handovers as a Markdown table (pod IPs, the Lease's and the
+/// controllers' gaps).
+pub fn gaps_markdown(hs: &[Handover]) -> String {
+    let mut gaps = String::from(
+        "| handover (pod IPs) | Lease: old leader's last write -> new leader's first | controllers: old leader's last write -> new leader's first |\n|---|---|---|\n",
+    );
+    for h in hs {
+        gaps.push_str(&format!(
+            "| {} -> {} | {:.2} s | {} |\n",
+            h.from,
+            h.to,
+            h.lease_gap.as_secs_f64(),
+            h.work_gap
+                .map_or("no write on one side".into(), |g| format!(
+                    "{:.2} s",
+                    g.as_secs_f64()
+                ))
+        ));
+    }
+    gaps
+}
+
 /// Creates a stream Job every `every` until `stop`; returns their names.
 pub fn stream(
     client: kube::Client,

@@ -29,7 +29,7 @@ pub async fn run(
     output: Output,
     kubeconfig: Option<&Path>,
     context: Option<&str>,
-    kcm_rs_lease: (String, String),
+    kcm_rs_lease: (Option<String>, String),
 ) -> Result<ExitCode, ToolError> {
     let mut docs: Vec<Value> = Vec::new();
     let mut findings: Vec<Finding> = Vec::new();
@@ -56,7 +56,13 @@ pub async fn run(
             .map_err(|e| ToolError(format!("listing CronJobs: {e}")))?;
         let subjects = || (jobs.iter().map(Subject::Job)).chain(crons.iter().map(Subject::CronJob));
         if managed_by::any_named(subjects()) {
-            let leases = managed_by::Leases::read(&client, kcm_rs_lease, Timestamp::now()).await;
+            let now = Timestamp::now();
+            let (ns, name) = kcm_rs_lease;
+            let ns = match ns {
+                Some(ns) => ns,
+                None => managed_by::locate(&client, &name, now).await,
+            };
+            let leases = managed_by::Leases::read(&client, (ns, name), now).await;
             findings.extend(subjects().filter_map(|s| managed_by::check(s, &leases)));
         }
         for j in &jobs {

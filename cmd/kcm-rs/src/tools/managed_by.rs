@@ -8,8 +8,10 @@
 //! and `renewTime + leaseDurationSeconds` is not in the past. Which Lease
 //! belongs to a `managedBy` value:
 //!
-//! - kcm-rs's own (`--leader-elect-resource-namespace`/`-name`, by
-//!   default `kube-system/kcm-rs`) when it is held and its
+//! - kcm-rs's own (`--leader-elect-resource-namespace`/`-name`; by
+//!   default the Lease `kcm-rs` the manifests or the chart made, found by
+//!   its label in whatever namespace kcm-rs was installed, else
+//!   `kube-system/kcm-rs`: [`locate`]) when it is held and its
 //!   `kcm-rs.dev/job-managed-by` annotation ([`kcm_job::mode`]) is that
 //!   value: the name it was started with beside KCM, or KCM's name when it
 //!   replaces KCM's job-controller;
@@ -30,10 +32,44 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kcm_job::lint::Finding;
 use kcm_job::mode;
 use kcm_job::pods::{JOB_CONTROLLER_NAME, is_finished};
-use kube::{Api, Resource};
+use kube::api::ListParams;
+use kube::{Api, Resource, ResourceExt};
 
 /// KCM's leader Lease (its `--leader-elect-resource-*` defaults).
 pub const KCM_LEASE: (&str, &str) = ("kube-system", "kube-controller-manager");
+
+/// The label the manifests and the chart put on the Lease they create.
+pub const LEASE_LABEL: &str = "app.kubernetes.io/name=kcm-rs";
+
+/// The namespace of kcm-rs's Lease `name` when none is given: the Leases of
+/// that name labelled [`LEASE_LABEL`] across namespaces ([`choose`]);
+/// kube-system (the flag's default) when none is found or they cannot be
+/// listed (the finding then names the Lease it read).
+pub async fn locate(client: &kube::Client, name: &str, now: Timestamp) -> String {
+    let api: Api<Lease> = Api::all(client.clone());
+    let lp = ListParams::default()
+        .labels(LEASE_LABEL)
+        .fields(&format!("metadata.name={name}"));
+    let found = api.list(&lp).await.map(|l| l.items).unwrap_or_default();
+    choose(&found, now).unwrap_or_else(|| "kube-system".into())
+}
+
+/// Of kcm-rs's Leases, the namespace of the one held (the most recently
+/// renewed when several are), else of the first by namespace.
+pub fn choose(leases: &[Lease], now: Timestamp) -> Option<String> {
+    let renewed = |l: &Lease| {
+        l.spec
+            .as_ref()
+            .and_then(|s| s.renew_time.as_ref())
+            .map(|t| t.0)
+    };
+    let held = leases
+        .iter()
+        .filter(|l| matches!(LeaseState::of(l, now), LeaseState::Held { .. }))
+        .max_by_key(|l| renewed(l));
+    let first = leases.iter().min_by_key(|l| l.namespace());
+    held.or(first).and_then(|l| l.namespace())
+}
 
 /// Check identifiers, as `kcm_job::lint`'s.
 pub const NOT_RUNNING: &str = "managed-by-not-running";
@@ -246,6 +282,29 @@ pub fn check(subject: Subject<'_>, leases: &Leases) -> Option<Finding> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_lease_is_found_where_kcm_rs_runs() {
+        let now = Timestamp::now();
+        let at = |ns: &str, l: Lease| {
+            let mut l = l;
+            l.metadata.namespace = Some(ns.into());
+            l
+        };
+        let stale = at("kube-system", lease("old", 600, 15, None));
+        let held = at("kcm-system", lease("kcm-rs-abc", 1, 15, None));
+        let newer = at("other", lease("kcm-rs-def", 0, 15, None));
+        assert_eq!(choose(&[], now), None);
+        assert_eq!(
+            choose(std::slice::from_ref(&stale), now).as_deref(),
+            Some("kube-system")
+        );
+        assert_eq!(
+            choose(&[stale.clone(), held.clone()], now).as_deref(),
+            Some("kcm-system")
+        );
+        assert_eq!(choose(&[held, stale, newer], now).as_deref(), Some("other"));
+    }
 
     fn lease(holder: &str, renewed_ago: i64, duration: i32, answers_to: Option<&str>) -> Lease {
         let now = Timestamp::now();

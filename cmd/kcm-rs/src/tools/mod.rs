@@ -114,9 +114,12 @@ enum Command {
         #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
         output: Output,
         /// With no files: the namespace of kcm-rs's leader Lease (as its
-        /// flag), read to tell whether Jobs' spec.managedBy runs.
-        #[arg(long, default_value = "kube-system")]
-        leader_elect_resource_namespace: String,
+        /// flag), read to tell whether Jobs' spec.managedBy runs. Default:
+        /// the namespace of the Lease of that name the manifests or the
+        /// chart made (labelled app.kubernetes.io/name=kcm-rs), wherever
+        /// kcm-rs was installed; kube-system when none is found.
+        #[arg(long)]
+        leader_elect_resource_namespace: Option<String>,
         /// With no files: the name of kcm-rs's leader Lease (as its flag).
         #[arg(long, default_value = "kcm-rs")]
         leader_elect_resource_name: String,
