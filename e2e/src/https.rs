@@ -67,6 +67,16 @@ pub async fn connect(
     port: u16,
     cred: Credential<'_>,
 ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    connect_from(None, port, cred).await
+}
+
+/// [`connect`] from the local address `source` (any of `127.0.0.0/8` on
+/// Linux), as a client on another host would come from its own.
+pub async fn connect_from(
+    source: Option<std::net::IpAddr>,
+    port: u16,
+    cred: Credential<'_>,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
@@ -84,7 +94,15 @@ pub async fn connect(
         }
         _ => builder.with_no_client_auth(),
     };
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    let server = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let tcp = match source {
+        Some(ip) => {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind(std::net::SocketAddr::new(ip, 0))?;
+            socket.connect(server).await?
+        }
+        None => tokio::net::TcpStream::connect(server).await?,
+    };
     let name = ServerName::try_from("localhost").map_err(io_err)?;
     tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)

@@ -8,8 +8,13 @@
 //! connection with no request in flight is closed after 90 s. The TLS
 //! handshake has 10 s (Go: the header timeout, 32 s; stricter on purpose).
 //!
-//! At most [`MAX_CONNECTIONS`] are open. When full, a new connection closes
-//! another, the first of these kinds that has one, oldest first:
+//! At most [`MAX_CONNECTIONS`] are open, at most
+//! [`MAX_CONNECTIONS_PER_SOURCE`] from one source address (beyond, a new
+//! connection closes one of its source's own, by the order below). When full, a new
+//! connection closes another: one never authorized for a scrape before one
+//! that was; among them, one of the source that holds the most connections
+//! (so a scraper on another address than the flood's is never the one);
+//! then the first of these kinds that has one, oldest first:
 //! 1. half-open: read, and it had sent nothing [`HALF_OPEN_AFTER`] after
 //!    it was accepted;
 //! 2. every request in flight waits for its turn (`pace.rs`) or for a
@@ -46,8 +51,9 @@
 //! with handshakes, away from the scrapers; released, each comes back at
 //! most once per [`crate::review::REVIEW_WAIT`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
@@ -61,6 +67,10 @@ use tokio_util::sync::CancellationToken;
 
 /// Open connections at most.
 pub const MAX_CONNECTIONS: usize = 1024;
+/// Open connections at most from one source address (an IPv6 /64 counts
+/// as one): a client on one address (a tenant's pod) cannot fill the
+/// server; its next connection closes one of its own, or is refused.
+pub const MAX_CONNECTIONS_PER_SOURCE: usize = MAX_CONNECTIONS / 4;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const READ_HEADER_TIMEOUT: Duration = Duration::from_secs(32);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -68,6 +78,9 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 pub const RELEASE_GRACE: Duration = Duration::from_secs(3);
 /// A connection silent this long after its accept is half-open.
 pub const HALF_OPEN_AFTER: Duration = Duration::from_secs(1);
+
+/// The rank of a trusted connection between requests: closed last.
+const TRUSTED_IDLE: u8 = 7;
 
 const HANDSHAKE: u8 = 0;
 const IDLE: u8 = 1;
@@ -97,6 +110,8 @@ pub struct ConnState {
     /// half-open (a task not yet run under load has simply not looked).
     polled: AtomicBool,
     epoch: Instant,
+    /// The source address (`review::source_of`), if known.
+    source: Option<IpAddr>,
     /// Cancelled when the connection is evicted.
     pub evicted: CancellationToken,
     /// Cancelled when it is released (module note).
@@ -104,8 +119,9 @@ pub struct ConnState {
 }
 
 impl ConnState {
-    fn new() -> Self {
+    fn new(source: Option<IpAddr>) -> Self {
         ConnState {
+            source,
             phase: AtomicU8::new(HANDSHAKE),
             since_ms: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
@@ -199,7 +215,7 @@ impl ConnState {
                     5
                 })
             }
-            _ if trusted => Some(7),
+            _ if trusted => Some(TRUSTED_IDLE),
             _ if self.refused.load(Ordering::Relaxed) => Some(3),
             _ => Some(6),
         }
@@ -278,7 +294,53 @@ pub struct Tracker {
     released: AtomicUsize,
     metrics: ConnMetrics,
     next: AtomicU64,
-    conns: Mutex<BTreeMap<u64, Arc<ConnState>>>,
+    conns: Mutex<Open>,
+}
+
+/// The open connections, oldest first, and how many each source holds.
+#[derive(Default)]
+struct Open {
+    by_id: BTreeMap<u64, Arc<ConnState>>,
+    per_source: HashMap<IpAddr, usize>,
+}
+
+impl Open {
+    fn held_by(&self, source: Option<IpAddr>) -> usize {
+        source.map_or(0, |s| self.per_source.get(&s).copied().unwrap_or(0))
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Arc<ConnState>> {
+        let s = self.by_id.remove(&id)?;
+        if let Some(src) = s.source
+            && let Some(n) = self.per_source.get_mut(&src)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.per_source.remove(&src);
+            }
+        }
+        Some(s)
+    }
+
+    /// The connection to close for a newcomer (of source `of` only, if
+    /// given), as the module note orders them, with its rank; `None` when
+    /// none may be closed.
+    fn victim(&self, of: Option<IpAddr>) -> Option<(u8, u64)> {
+        // Lower first: trusted last, then the heaviest source, then the
+        // rank; `min_by_key` keeps the first (oldest) of equal keys.
+        self.by_id
+            .iter()
+            .filter(|(_, s)| of.is_none() || s.source == of)
+            .filter_map(|(id, s)| Some((s.rank()?, *id, s.source)))
+            .min_by_key(|(rank, _, source)| {
+                (
+                    *rank == TRUSTED_IDLE,
+                    std::cmp::Reverse(self.held_by(*source)),
+                    *rank,
+                )
+            })
+            .map(|(rank, id, _)| (rank, id))
+    }
 }
 
 /// A connection's place in the [`Tracker`], freed on drop.
@@ -294,8 +356,8 @@ impl Drop for ConnSlot {
             self.tracker.released.fetch_sub(1, Ordering::Relaxed);
         }
         let mut conns = self.tracker.conns.lock();
-        conns.remove(&self.id);
-        let open = i64::try_from(conns.len()).unwrap_or(i64::MAX);
+        conns.remove(self.id);
+        let open = i64::try_from(conns.by_id.len()).unwrap_or(i64::MAX);
         self.tracker.metrics.open.set(open);
     }
 }
@@ -307,33 +369,34 @@ impl Tracker {
             released: AtomicUsize::new(0),
             metrics,
             next: AtomicU64::new(0),
-            conns: Mutex::new(BTreeMap::new()),
+            conns: Mutex::new(Open::default()),
         })
     }
 
-    /// A slot for a new connection, closing another when full (the first
-    /// kind in the module note's order, oldest first); `None` when none may
-    /// be closed.
+    /// A slot for a new connection (source unknown).
     pub fn admit(self: &Arc<Self>) -> Option<ConnSlot> {
+        self.admit_from(None)
+    }
+
+    /// A slot for a new connection from `source`, closing another when
+    /// full (the module note's order); `None` when its source holds its
+    /// share already, or when none may be closed.
+    pub fn admit_from(self: &Arc<Self>, source: Option<IpAddr>) -> Option<ConnSlot> {
+        let source = source.map(crate::review::source_of);
         let mut conns = self.conns.lock();
-        if conns.len() >= self.max {
-            let mut victim: Option<(u8, u64)> = None;
-            // Oldest first: the first of the lowest rank wins.
-            for (id, s) in conns.iter() {
-                if let Some(r) = s.rank()
-                    && victim.is_none_or(|(best, _)| r < best)
-                {
-                    victim = Some((r, *id));
-                    if r == 1 {
-                        break;
-                    }
-                }
-            }
-            let Some((rank, oldest)) = victim else {
-                self.metrics.closed.with_label_values(&["refused"]).inc();
+        // At its share, a source makes room among its own connections only.
+        let at_share = conns.held_by(source) >= MAX_CONNECTIONS_PER_SOURCE;
+        if at_share || conns.by_id.len() >= self.max {
+            let Some((rank, victim)) = conns.victim(at_share.then_some(source).flatten()) else {
+                let why = if at_share {
+                    "refused: source full"
+                } else {
+                    "refused"
+                };
+                self.metrics.closed.with_label_values(&[why]).inc();
                 return None;
             };
-            if let Some(s) = conns.remove(&oldest) {
+            if let Some(s) = conns.remove(victim) {
                 let release = rank == 2
                     && !s.h2.load(Ordering::Relaxed)
                     && self.released.fetch_add(1, Ordering::Relaxed) < self.max;
@@ -349,12 +412,15 @@ impl Tracker {
             }
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let state = Arc::new(ConnState::new());
+        let state = Arc::new(ConnState::new(source));
         state.set(HANDSHAKE);
-        conns.insert(id, Arc::clone(&state));
+        conns.by_id.insert(id, Arc::clone(&state));
+        if let Some(src) = source {
+            *conns.per_source.entry(src).or_default() += 1;
+        }
         self.metrics
             .open
-            .set(i64::try_from(conns.len()).unwrap_or(i64::MAX));
+            .set(i64::try_from(conns.by_id.len()).unwrap_or(i64::MAX));
         Some(ConnSlot {
             tracker: Arc::clone(self),
             id,
@@ -363,7 +429,7 @@ impl Tracker {
     }
 
     pub fn open(&self) -> usize {
-        self.conns.lock().len()
+        self.conns.lock().by_id.len()
     }
 
     /// Released connections not closed yet.
@@ -481,6 +547,57 @@ mod tests {
         assert_eq!(t.metrics.closed.with_label_values(&["refused"]).get(), 1);
     }
 
+    #[tokio::test]
+    async fn one_source_holds_its_share_and_goes_first_when_full() {
+        let ip = |s: &str| -> Option<IpAddr> { Some(s.parse().expect("ip")) };
+        let t = Tracker::new(4, ConnMetrics::register(&prometheus::Registry::new()));
+        // The oldest is the scraper's, on an address of its own.
+        let scraper = t.admit_from(ip("10.0.0.9")).expect("scraper");
+        scraper.state.handshaken(false);
+        let flood: Vec<_> = (0..3)
+            .map(|_| t.admit_from(ip("10.0.0.1")).expect("flood"))
+            .collect();
+        for f in &flood {
+            f.state.handshaken(false);
+        }
+        let _newcomer = t.admit_from(ip("10.0.0.2")).expect("room is made");
+        assert!(
+            flood[0].state.evicted.is_cancelled(),
+            "the heaviest source's oldest"
+        );
+        assert!(
+            !scraper.state.evicted.is_cancelled(),
+            "though the scraper's is older"
+        );
+        // At its share, a source makes room among its own connections only.
+        let t = Tracker::new(
+            MAX_CONNECTIONS,
+            ConnMetrics::register(&prometheus::Registry::new()),
+        );
+        let held: Vec<_> = (0..MAX_CONNECTIONS_PER_SOURCE)
+            .map(|_| t.admit_from(ip("2001:db8:1:2::1")).expect("share"))
+            .collect();
+        let other = t.admit_from(ip("10.0.0.3")).expect("another source");
+        let more = t
+            .admit_from(ip("2001:db8:1:2::ffff"))
+            .expect("the same /64: its own room");
+        assert!(held[0].state.evicted.is_cancelled(), "its own oldest");
+        assert!(!other.state.evicted.is_cancelled());
+        assert_eq!(t.open(), MAX_CONNECTIONS_PER_SOURCE + 1);
+        // When none of its own may go: refused.
+        for h in held.iter().skip(1).chain([&more]) {
+            std::mem::forget(h.state.begin());
+        }
+        assert!(t.admit_from(ip("2001:db8:1:2::1")).is_none());
+        assert_eq!(
+            t.metrics
+                .closed
+                .with_label_values(&["refused: source full"])
+                .get(),
+            1
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn silent_connections_are_half_open_once_silent_for_a_while() {
         let t = Tracker::new(3, ConnMetrics::register(&prometheus::Registry::new()));
@@ -591,7 +708,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_released_connection_has_a_grace_to_close() {
-        let s = ConnState::new();
+        let s = ConnState::new(None);
         s.handshaken(false);
         s.released.cancel();
         let began = Instant::now();
@@ -599,7 +716,7 @@ mod tests {
         assert_eq!(cut, Some("released: not closed in time"));
         assert_eq!(began.elapsed(), RELEASE_GRACE);
         // One that finishes in time is not cut.
-        let s = ConnState::new();
+        let s = ConnState::new(None);
         s.released.cancel();
         let done = supervise(tokio::time::sleep(Duration::from_secs(1)), &s).await;
         assert_eq!(done, None);
@@ -627,7 +744,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn phases_time_out_as_go_net_http() {
-        let s = Arc::new(ConnState::new());
+        let s = Arc::new(ConnState::new(None));
         s.set(HANDSHAKE);
         let start = Instant::now();
         assert_eq!(s.deadline(), Some(start + HANDSHAKE_TIMEOUT));
@@ -641,7 +758,7 @@ mod tests {
         s.on_read();
         assert_eq!(s.deadline(), Some(Instant::now() + READ_HEADER_TIMEOUT));
         // HTTP/2: reads (pings, window updates) never start a header timer.
-        let h2 = Arc::new(ConnState::new());
+        let h2 = Arc::new(ConnState::new(None));
         h2.handshaken(true);
         h2.on_read();
         assert_eq!(h2.deadline(), Some(Instant::now() + IDLE_TIMEOUT));

@@ -260,8 +260,8 @@ pub async fn run(
                 }
             },
         };
-        let Some(slot) = tracker.admit() else {
-            tracing::debug!(%peer, "refused: every connection is inside a request");
+        let Some(slot) = tracker.admit_from(Some(peer.ip())) else {
+            tracing::debug!(%peer, "refused: its source's share is full, or every connection is inside a request");
             continue;
         };
         let built = tls.current();

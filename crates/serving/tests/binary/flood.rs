@@ -19,6 +19,11 @@ pub async fn connect(port: u16) -> std::io::Result<TlsStream<TcpStream>> {
     kcm_e2e::https::connect(port, kcm_e2e::https::Credential::None).await
 }
 
+/// The address floods come from by default; the scrapers come from
+/// 127.0.0.1 (two pods, two addresses).
+pub const FLOOD_SOURCE: std::net::IpAddr =
+    std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
+
 /// Reads more of `s` into `buf`; an error at the end of the stream.
 async fn fill(s: &mut TlsStream<TcpStream>, buf: &mut Vec<u8>) -> std::io::Result<()> {
     let mut chunk = [0u8; 8192];
@@ -153,7 +158,7 @@ pub fn flood(
     conns: usize,
     stop: Arc<AtomicBool>,
 ) -> (Arc<FloodStats>, Vec<tokio::task::JoinHandle<()>>) {
-    flood_with(port, conns, stop, |i| {
+    flood_with(port, None, conns, stop, |i| {
         let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (i as u64 + 1).wrapping_mul(0xA24B_AED4_963E_E407);
         move |_| {
             format!(
@@ -170,6 +175,7 @@ pub fn flood(
 /// again whenever closed, until `stop`.
 pub fn flood_with<R>(
     port: u16,
+    source: Option<std::net::IpAddr>,
     conns: usize,
     stop: Arc<AtomicBool>,
     requests: impl Fn(usize) -> R,
@@ -184,8 +190,12 @@ where
             let mut next = requests(i);
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
-                    let Ok(Ok(mut s)) =
-                        tokio::time::timeout(Duration::from_secs(10), connect(port)).await
+                    let conn = kcm_e2e::https::connect_from(
+                        source,
+                        port,
+                        kcm_e2e::https::Credential::None,
+                    );
+                    let Ok(Ok(mut s)) = tokio::time::timeout(Duration::from_secs(10), conn).await
                     else {
                         stats.cut.fetch_add(1, Ordering::Relaxed);
                         tokio::time::sleep(Duration::from_millis(50)).await;

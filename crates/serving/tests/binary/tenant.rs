@@ -13,15 +13,17 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::flood::{FloodStats, connect, flood_with, read_response};
+use super::flood::{FLOOD_SOURCE, FloodStats, connect, flood_with, read_response};
 
 /// How long a scrape or a probe may take (the kubelet's probe timeout,
 /// the scraper's).
 pub const TIMEOUT: Duration = Duration::from_secs(5);
 
-/// `conns` keep-alive HTTP/1.1 connections to `port`, each sending `GET
-/// /version` with `token`, then `GET /apis/r<random>` as soon as the last
-/// was answered, connecting again whenever closed, until `stop`.
+/// `conns` keep-alive HTTP/1.1 connections to `port` from
+/// [`FLOOD_SOURCE`] (the tenant's pod; the scraper is another), each
+/// sending `GET /version` with `token`, then `GET /apis/r<random>` as soon
+/// as the last was answered, connecting again whenever closed, until
+/// `stop`.
 pub fn h1_flood(
     port: u16,
     conns: usize,
@@ -29,7 +31,7 @@ pub fn h1_flood(
     stop: Arc<AtomicBool>,
 ) -> (Arc<FloodStats>, Vec<tokio::task::JoinHandle<()>>) {
     let token = token.to_string();
-    flood_with(port, conns, stop, move |i| {
+    flood_with(port, Some(FLOOD_SOURCE), conns, stop, move |i| {
         let token = token.clone();
         move |n| {
             let path = match n {
